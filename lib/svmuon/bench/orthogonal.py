@@ -1,0 +1,123 @@
+"""``python -m svmuon.bench orthogonal``: step time of OrthogonalMuon against Muon and geoopt, as ratios.
+
+On the same list of square float32 matrices (``--count`` parameters of each size ``n``), with the same
+random gradients, one optimizer step is timed for
+
+* ``muon``: :class:`svmuon.optim.Muon` (weight decay 0) with the msign schedule under test;
+* ``orthogonal_muon``: :class:`svmuon.optim.OrthogonalMuon` with the same schedule and compute dtype,
+  drift control on (``polar_every=1``, the default) and off (``polar_every=0``);
+* ``geoopt_rsgd``: geoopt's RiemannianSGD (momentum 0.9) on ``geoopt.Stiefel`` (kochurov2020geoopt);
+* on CUDA also ``torch_muon``: ``torch.optim.Muon`` (bf16 Newton–Schulz), against OrthogonalMuon's bf16
+  fast path.
+
+Schedules: Keller Jordan's quintic (5 steps; Muon's default) and Polar Express (10 steps). Reported:
+seconds per step (min and median of ``repeats`` rounds, times ``(256/n)²`` for n < 256, timed steps after a warm-up) and the ratio to Muon at equal
+precision; the goal is OrthogonalMuon <= 1.3x Muon. The optimizers are timed interleaved (one step of
+each per round) and the ratios use the *fastest* step of each (the least disturbed by other processes on
+a shared machine); medians are recorded beside them.
+JSON: ``benchmarks/results/orthogonal-<device>-<date>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from typing import Any
+
+import torch
+
+from svmuon.bench._common import default_output, time_call, write_result
+
+SCHEDULES = {"keller_jordan": 5, "polar_express": 10}
+
+
+def _setup(count: int, n: int, device: str, seed: int = 0):
+    from svmuon.orthogonal.manifolds import Orthogonal
+
+    gen = torch.Generator().manual_seed(seed)
+    W0 = [Orthogonal().project(torch.randn(n, n, generator=gen)).to(device) for _ in range(count)]
+    grads = [torch.randn(n, n, generator=gen).to(device) for _ in range(count)]
+    return W0, grads
+
+
+def _make(name: str, params: list[torch.Tensor], schedule: str, device: str):
+    from svmuon.optim.manifold_muon import OrthogonalMuon
+    from svmuon.optim.muon import Muon
+
+    steps = SCHEDULES[schedule]
+    cd = torch.bfloat16 if device == "cuda" else torch.float32
+    if name == "muon":
+        return Muon(params, lr=0.02, weight_decay=0.0, momentum=0.95, ns_coefficients=schedule, ns_steps=steps, compute_dtype=cd)
+    if name.startswith("orthogonal_muon"):
+        every = 0 if name.endswith("no_correction") else 1
+        return OrthogonalMuon(params, lr=0.02, momentum=0.95, ns_coefficients=schedule, ns_steps=steps,
+                              compute_dtype=cd, polar_every=every)
+    if name == "geoopt_rsgd":
+        import geoopt
+
+        return geoopt.optim.RiemannianSGD(params, lr=0.02, momentum=0.9)
+    if name == "torch_muon":
+        return torch.optim.Muon(params, lr=0.02, weight_decay=0.0, momentum=0.95, ns_steps=steps)
+    raise ValueError(name)
+
+
+def measure(n: int, count: int, schedule: str, device: str, repeats: int) -> dict[str, Any]:
+    """Median seconds per step of each optimizer on ``count`` ``n x n`` matrices, and ratios to Muon."""
+    W0, grads = _setup(count, n, device)
+    names = ["muon", "orthogonal_muon", "orthogonal_muon_no_correction", "geoopt_rsgd"]
+    if device == "cuda" and hasattr(torch.optim, "Muon") and schedule == "keller_jordan":
+        names.append("torch_muon")
+    out: dict[str, Any] = {"n": n, "count": count, "schedule": schedule, "ns_steps": SCHEDULES[schedule]}
+    steps = {}
+    for name in names:
+        if name == "geoopt_rsgd":
+            import geoopt
+
+            params = [geoopt.ManifoldParameter(w.clone(), manifold=geoopt.Stiefel()) for w in W0]
+        else:
+            params = [torch.nn.Parameter(w.clone()) for w in W0]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        steps[name] = _make(name, params, schedule, device).step
+    # interleaved: one timed step of each optimizer per round, so a burst of load hits all of them alike
+    times: dict[str, list[float]] = {name: [] for name in names}
+    rounds = repeats * max(1, (256 // n) ** 2)  # small sizes are cheap: more rounds, a cleaner minimum
+    for _ in range(rounds):
+        for name in names:
+            times[name] += time_call(steps[name], repeats=1, warmup=1 if not times[name] else 0, device=device)["times_s"]
+    for name in names:
+        out[name], out[f"{name}_median"] = min(times[name]), statistics.median(times[name])
+    for name in names[1:]:
+        out[f"{name}/muon"] = out[name] / out["muon"]
+        out[f"{name}/muon_median"] = out[f"{name}_median"] / out["muon_median"]
+    if "torch_muon" in out:
+        out["orthogonal_muon/torch_muon"] = out["orthogonal_muon"] / out["torch_muon"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m svmuon.bench orthogonal", description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 512])
+    parser.add_argument("--count", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--threads", type=int, default=None, help="torch threads on CPU (default: torch's)")
+    parser.add_argument("--output", default=None)
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device; use --device cpu")
+        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = []
+    for schedule in SCHEDULES:
+        for n in args.sizes:
+            r = measure(n, args.count, schedule, args.device, args.repeats)
+            rows.append(r)
+            print(f"{schedule:14s} n={n:5d}  muon {r['muon'] * 1e3:8.2f} ms  orthogonal_muon {r['orthogonal_muon'] * 1e3:8.2f} ms "
+                  f"({r['orthogonal_muon/muon']:.2f}x; no correction {r['orthogonal_muon_no_correction/muon']:.2f}x)  "
+                  f"geoopt_rsgd {r['geoopt_rsgd'] * 1e3:8.2f} ms ({r['geoopt_rsgd/muon']:.2f}x)", flush=True)
+    path = write_result(args.output or default_output("orthogonal", args.device), "orthogonal", rows,
+                        goal="orthogonal_muon/muon <= 1.3", device=args.device)
+    print("wrote", path)
+    return 0

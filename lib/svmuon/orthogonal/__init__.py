@@ -1,0 +1,16 @@
+"""Part II: msign (the polar factor) by SVD and Newton–Schulz, and the orthogonal manifold."""
+
+from svmuon._lazy import lazy_exports
+
+_EXPORTS = {
+    "msign": "svmuon.orthogonal.msign",
+    "Orthogonal": "svmuon.orthogonal.manifolds",
+    "sym": "svmuon.orthogonal.manifolds",
+    "skew": "svmuon.orthogonal.manifolds",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)
+
+# The function shadows its same-named module, so `from svmuon.orthogonal import msign` gives the function.
+from svmuon.orthogonal.msign import msign  # noqa: E402,F401

@@ -1,0 +1,175 @@
+"""msign: the polar factor of a matrix, by SVD (exact reference) and by Newton–Schulz iterations.
+
+For ``G = U diag(s) Vᵀ`` of rank r, ``msign(G) = U_r V_rᵀ`` keeps the singular vectors of the r non-zero
+singular values and replaces those values by 1 (equation eq-msign of the chapter "Steepest descent under the
+spectral norm"). It solves ``max tr(GᵀΦ) s.t. ‖Φ‖₂ ≤ 1`` with value ``‖G‖_*`` (su2025orthogonal,
+bernstein2024old), which makes ``-msign(G)`` the steepest-descent direction under the spectral norm and the
+update of Muon (jordan2024muon).
+
+Two routes, picked with ``method=``:
+
+* ``"svd"``: ``torch.linalg.svd`` in the input's dtype (float16/bfloat16 inputs are computed in float32).
+  Singular values ``s_i <= rcond * s_max`` are treated as zero, so the rank-deficient and the zero matrix
+  get their exact minimal polar factor (``msign(0) = 0``).
+* ``"newton_schulz"``: odd matrix polynomials ``X <- a X + b (X Xᵀ) X + c (X Xᵀ)² X`` applied to
+  ``X = G / ‖G‖_F`` (bjorck1971iterative, higham2008functions, jordan2024muon, amsel2025polar); schedules
+  live in :mod:`svmuon.orthogonal.coefficients`.
+
+Both routes first divide ``G`` by the power of two nearest above ``max|G|`` (an exact operation in binary
+floating point), so ``msign(c G) == msign(G)`` for every ``c > 0`` representable in the dtype, tiny or
+huge, with no additive epsilon; for ``c`` a power of two the results are bitwise equal.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from svmuon._validation import as_tensor, check_finite, check_float, check_int, check_matrix
+from svmuon.orthogonal.coefficients import default_steps, resolve_coefficients
+
+__all__ = ["msign"]
+
+_METHODS = ("svd", "newton_schulz")
+
+
+def msign(
+    G: Any,
+    *,
+    method: str = "svd",
+    steps: int | None = None,
+    coefficients: str | Sequence[Sequence[float]] | None = None,
+    compute_dtype: torch.dtype | None = None,
+    rcond: float | None = None,
+) -> Any:
+    """Polar factor ``U_r V_rᵀ`` of a real matrix or a batch of matrices (eq-msign).
+
+    Args:
+        G: tensor or NumPy array of shape ``(..., m, n)``, real floating dtype (float16, bfloat16, float32,
+            float64); tall (m > n), wide (m < n) and square inputs; leading dimensions are a batch and each
+            matrix is treated on its own (batched results equal per-matrix results).
+        method: ``"svd"`` (exact reference, default) or ``"newton_schulz"``.
+        steps: Newton–Schulz iterations, >= 0 (``method="newton_schulz"`` only; 0 returns ``G / ‖G‖_F``);
+            default per schedule, see
+            :func:`svmuon.orthogonal.coefficients.default_steps`. Schedules shorter than ``steps`` repeat
+            their last triple.
+        coefficients: ``method="newton_schulz"`` only: a schedule name (``"polar_express"``, the default;
+            ``"keller_jordan"``; ``"cubic"``) or an explicit sequence of ``(a, b, c)`` triples.
+        compute_dtype: dtype of the Newton–Schulz matmuls. Default: bfloat16 on CUDA; on CPU float64 for
+            float64 inputs and float32 otherwise (bf16 matmuls are ~30x slower than fp32 on CPU). The
+            normalisation ``G / ‖G‖_F`` is always done in float32 or float64, whichever is wider than the
+            input. Ignored by ``method="svd"``.
+        rcond: ``method="svd"`` only: relative cutoff; singular values ``<= rcond * s_max`` map to 0.
+            Default ``max(m, n) * eps`` of the SVD's dtype (e.g. 2.2e-16 for float64), the usual numerical
+            rank threshold (as in ``numpy.linalg.matrix_rank``).
+
+    Returns:
+        Same type (tensor or NumPy array), shape, dtype and device as ``G``. With ``method="svd"`` the
+        exact polar factor up to rounding; with ``"newton_schulz"`` an approximation whose accuracy
+        depends on the schedule, the number of steps and the spectrum (``"keller_jordan"`` does not
+        converge: its singular values stay in roughly [0.7, 1.2]).
+
+    Raises:
+        TypeError: ``G`` is not a tensor/array, or is complex or integer (complex input is refused:
+            the polar factor of a complex matrix needs the conjugate transpose, which this book never
+            uses); ``compute_dtype`` is not a floating dtype; bad ``steps``/``coefficients`` types.
+        ValueError: ``G`` has fewer than 2 dimensions, is empty, or holds NaN/Inf; unknown ``method``;
+            ``rcond`` negative or not finite; options given to the method that does not use them.
+
+    References:
+        su2025orthogonal, bernstein2024old, higham2008functions (polar decomposition, Newton–Schulz),
+        bjorck1971iterative, jordan2024muon, amsel2025polar.
+    """
+    T, was_numpy = as_tensor(G, "G")
+    check_float(T, "G")
+    check_matrix(T, "G")
+    check_finite(T, "G")
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+    if method == "svd":
+        if steps is not None or coefficients is not None or compute_dtype is not None:
+            raise ValueError("steps, coefficients and compute_dtype apply to method='newton_schulz' only")
+        out = _msign_svd(T, rcond)
+    else:
+        if rcond is not None:
+            raise ValueError("rcond applies to method='svd' only")
+        out = _msign_newton_schulz(T, steps, coefficients, compute_dtype)
+    return out.numpy() if was_numpy else out
+
+
+def _power_of_two_scale(T: torch.Tensor) -> torch.Tensor:
+    """Per-matrix power of two ``2^e >= max|T|`` (shape ``(..., 1, 1)``, 1 where T == 0); dividing is exact."""
+    amax = T.abs().amax(dim=(-2, -1), keepdim=True)
+    _, exponent = torch.frexp(amax)  # amax = mantissa * 2**exponent, mantissa in [0.5, 1)
+    scale = torch.ldexp(torch.ones_like(amax), exponent)
+    return torch.where(amax > 0, scale, torch.ones_like(amax))
+
+
+def _msign_svd(T: torch.Tensor, rcond: float | None) -> torch.Tensor:
+    """Exact route: ``U diag(1[s > rcond s_max]) Vᵀ`` from ``torch.linalg.svd`` (eq-msign)."""
+    work = T if T.dtype in (torch.float32, torch.float64) else T.float()
+    m, n = work.shape[-2:]
+    if rcond is None:
+        rcond = max(m, n) * torch.finfo(work.dtype).eps
+    else:
+        if isinstance(rcond, bool) or not isinstance(rcond, (int, float)):
+            raise TypeError(f"rcond must be a real number, got {type(rcond).__name__}")
+        if not (0 <= rcond < float("inf")):
+            raise ValueError(f"rcond must be finite and >= 0, got {rcond}")
+    X = work / _power_of_two_scale(work)
+    U, S, Vh = torch.linalg.svd(X, full_matrices=False)
+    keep = (S > rcond * S[..., :1]).to(X.dtype)  # s_max = S[..., 0]; S == 0 everywhere -> keep = 0
+    out = (U * keep.unsqueeze(-2)) @ Vh
+    return out.to(T.dtype)
+
+
+def _default_compute_dtype(T: torch.Tensor) -> torch.dtype:
+    if T.device.type == "cuda":
+        return torch.bfloat16
+    return torch.float64 if T.dtype == torch.float64 else torch.float32
+
+
+def _msign_newton_schulz(
+    T: torch.Tensor, steps: int | None, coefficients: Any, compute_dtype: torch.dtype | None
+) -> torch.Tensor:
+    """Newton–Schulz route: normalise in fp32/fp64, iterate odd polynomials on the small Gram side."""
+    if coefficients is None:
+        coefficients = "polar_express"
+    if steps is None:
+        steps = default_steps(coefficients)
+    steps = check_int(steps, "steps", minimum=0)
+    schedule = resolve_coefficients(coefficients, steps)
+    if compute_dtype is None:
+        compute_dtype = _default_compute_dtype(T)
+    if not isinstance(compute_dtype, torch.dtype) or not compute_dtype.is_floating_point:
+        raise TypeError(f"compute_dtype must be a floating torch.dtype, got {compute_dtype!r}")
+    norm_dtype = torch.float64 if torch.float64 in (T.dtype, compute_dtype) else torch.float32
+    X = T.to(norm_dtype)
+    X = X / _power_of_two_scale(X)  # exact; now max|X| in [0.5, 1], so ‖X‖_F cannot under/overflow
+    fro = torch.linalg.matrix_norm(X, keepdim=True)  # 'fro'; > 0 unless X == 0
+    X = X / torch.where(fro > 0, fro, torch.ones_like(fro))  # X == 0 stays 0: odd polynomials fix 0
+    tall = X.shape[-2] > X.shape[-1]
+    if tall:
+        X = X.mT  # iterate on the wide side: X Xᵀ is the smaller Gram matrix
+    X = _iterate(X.to(compute_dtype), schedule)
+    if tall:
+        X = X.mT
+    return X.to(T.dtype)
+
+
+def _iterate(X: torch.Tensor, schedule: Sequence[tuple[float, float, float]]) -> torch.Tensor:
+    """``X <- a X + (b A + c A²) X`` with ``A = X Xᵀ`` for each ``(a, b, c)`` (eq-newton-schulz)."""
+    two_d = X.ndim == 2
+    for a, b, c in schedule:
+        A = X @ X.mT
+        if c == 0:  # cubic step: X <- a X + b A X, one matmul fewer
+            X = torch.addmm(X, A, X, beta=a, alpha=b) if two_d else torch.baddbmm(
+                X.flatten(0, -3), A.flatten(0, -3), X.flatten(0, -3), beta=a, alpha=b).reshape(X.shape)
+        elif two_d:  # addmm: the same kernels as torch.optim.Muon, so bf16 results match it closely
+            B = torch.addmm(A, A, A, beta=b, alpha=c)
+            X = torch.addmm(X, B, X, beta=a)
+        else:
+            B = torch.baddbmm(A.flatten(0, -3), A.flatten(0, -3), A.flatten(0, -3), beta=b, alpha=c)
+            X = torch.baddbmm(X.flatten(0, -3), B, X.flatten(0, -3), beta=a).reshape(X.shape)
+    return X

@@ -1,0 +1,264 @@
+"""Shannon and Rényi entropies of distributions and of normalised spectra; effective and stable rank.
+
+All entropies are in nats. For a distribution p on k points and an order q in [0, ∞] (book eq. ``eq-renyi``)::
+
+    H_q(p) = log(Σ_i p_i^q) / (1 - q),   H_1 = -Σ_i p_i log p_i   (eq-shannon, the limit q -> 1),
+    H_0 = log #{i : p_i > 0},            H_∞ = -log max_i p_i,    with 0 · log 0 = 0.
+
+Near q = 1 the formula is evaluated as ``-log1p(Σ p_i expm1((q-1) log p_i)) / (q-1)``: every term has the
+same sign, so there is no cancellation and H_q is continuous (to rounding) across q = 1. Far from q = 1 a
+log-sum-exp form is used, which neither overflows for large q nor underflows for tiny p_i.
+
+Dtypes: float32/float64 in their own precision; float16/bfloat16 computed in float32 and cast back. Device and
+container (torch or NumPy) follow the input.
+
+References: shannon1948mathematical, renyi1961measures, roy2007effective, su2025entropy.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from svmuon._validation import as_tensor, check_finite, check_float, check_order
+from svmuon.spectral.spectrum import (
+    _check_power,
+    _distribution,
+    _finish,
+    _prepare_matrix,
+    _svdvals,
+    _work_dtype,
+)
+
+__all__ = ["shannon_entropy", "renyi_entropy", "singular_value_entropy", "effective_rank", "stable_rank"]
+
+# |q - 1| below this uses the expm1 form. With |q - 1| < 1/2 the exponent (q - 1) log p_i stays below
+# |log p_i| / 2 <= 745 / 2 < 709 (float64) and 104 / 2 < 88 (float32), so expm1 cannot overflow.
+_NEAR_ONE = 0.5
+
+
+def _check_dim(p: torch.Tensor, dim: Any) -> int:
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    if p.ndim == 0:
+        raise ValueError("p must have at least one dimension (the outcomes of the distribution), got a scalar")
+    if not -p.ndim <= dim < p.ndim:
+        raise ValueError(f"dim must be in [{-p.ndim}, {p.ndim - 1}] for p of shape {tuple(p.shape)}, got {dim}")
+    return dim % p.ndim
+
+
+def _prepare_distribution(p: Any, dim: Any) -> tuple[torch.Tensor, int, torch.dtype, bool]:
+    """Validate ``p`` as a probability distribution along ``dim``; move ``dim`` last.
+
+    Tolerance on the sums: sqrt(eps) of the input dtype (1.5e-8 for float64, 3.5e-4 for float32, 0.03 for
+    float16): loose enough for rounding in a normalisation of millions of terms (error ~ log2(k) eps for
+    pairwise summation), tight enough to reject anything that is not meant to be a distribution.
+    """
+    t, was_numpy = as_tensor(p, "p")
+    check_float(t, "p")
+    d = _check_dim(t, dim)
+    if t.shape[d] == 0:
+        raise ValueError(f"p must have at least one outcome along dim={dim}, got shape {tuple(t.shape)}")
+    check_finite(t, "p")
+    dtype = t.dtype
+    work = t.to(_work_dtype(dtype)).movedim(d, -1)
+    if bool((work < 0).any()):
+        raise ValueError(f"p must be a probability distribution along dim={dim}: it has a negative entry "
+                         f"(min {float(work.min()):.3g})")
+    sums = work.sum(dim=-1)
+    tol = math.sqrt(torch.finfo(dtype).eps)
+    err = (sums - 1).abs()
+    if bool((err > tol).any()):
+        worst = float(sums.reshape(-1)[int(err.reshape(-1).argmax())])
+        raise ValueError(f"p must be a probability distribution along dim={dim}: its entries must sum to 1 "
+                         f"within {tol:.2g}, but a sum is {worst:.6g}")
+    return work, d, dtype, was_numpy
+
+
+def _shannon(p: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy of p / Σp along the last dim (eq-shannon); 0 · log 0 = 0 through xlogy."""
+    s = p.sum(dim=-1)
+    return torch.log(s) - torch.special.xlogy(p, p).sum(dim=-1) / s
+
+
+def _renyi(p: torch.Tensor, q: float) -> torch.Tensor:
+    """Rényi entropy of order q of p / Σp along the last dim (eq-renyi), for a validated p >= 0, Σp > 0."""
+    if q == 1.0:
+        return _shannon(p)
+    s = p.sum(dim=-1)
+    log_s = torch.log(s)
+    if q == 0.0:
+        return torch.log((p > 0).sum(dim=-1).to(p.dtype))
+    positive = p > 0
+    if math.isinf(q):
+        return log_s - torch.log(p.amax(dim=-1))
+    if abs(q - 1.0) < _NEAR_ONE:
+        # Σ p^q = s (1 + T) with T = Σ p expm1((q-1) log p) / s; H_q = log s - log1p(T) / (q - 1).
+        delta = q - 1.0
+        log_p = torch.log(torch.where(positive, p, torch.ones_like(p)))
+        t = (p * torch.expm1(delta * log_p)).sum(dim=-1) / s
+        return log_s - torch.log1p(t) / delta
+    # log Σ p^q = q·ℓ_max + log Σ exp(q (ℓ - ℓ_max)), ℓ = log p (ℓ = -inf where p = 0, and q > 0 here).
+    log_p = torch.log(p)
+    top = log_p.amax(dim=-1, keepdim=True)
+    lse = q * top.squeeze(-1) + torch.logsumexp(q * (log_p - top), dim=-1)
+    return (lse - q * log_s) / (1.0 - q)
+
+
+def shannon_entropy(p: Any, dim: int = -1) -> torch.Tensor | np.ndarray:
+    """Shannon entropy H(p) = -Σ_i p_i log p_i in nats, with 0 · log 0 = 0 (book eq. ``eq-shannon``).
+
+    Args:
+        p: Tensor or NumPy array of a real floating dtype, non-negative, summing to 1 along ``dim`` within
+            sqrt(eps) of its dtype; any number of other (batch) dimensions.
+        dim: The dimension that holds the outcomes.
+
+    Returns:
+        ``p``'s shape without ``dim``; values in [0, log k] with k = p.shape[dim]. The result is the exact
+        entropy of p / Σp (so rounding in Σp does not leak into it). Dtype and device of ``p`` (half
+        precision computed in float32); NumPy in, NumPy out.
+
+    Raises:
+        TypeError: ``p`` is not a tensor/array or has a non-float dtype; ``dim`` is not an int.
+        ValueError: ``p`` is 0-D or empty along ``dim``, has NaN/Inf or negative entries, or a sum != 1;
+            ``dim`` out of range.
+
+    References:
+        shannon1948mathematical.
+    """
+    work, _, dtype, was_numpy = _prepare_distribution(p, dim)
+    return _finish(_shannon(work), dtype, was_numpy)
+
+
+def renyi_entropy(p: Any, q: float, dim: int = -1) -> torch.Tensor | np.ndarray:
+    """Rényi entropy H_q(p) = log(Σ_i p_i^q) / (1 - q) in nats, for every order q in [0, ∞] (eq. ``eq-renyi``).
+
+    q = 1 is the Shannon entropy (the limit q -> 1, evaluated without dividing by zero, and continuous across
+    q = 1 to rounding); q = 0 is the log of the support size log #{p_i > 0}; q = ∞ is the min-entropy
+    -log max_i p_i. H_q is non-increasing in q and lies in [0, log k].
+
+    Args:
+        p: As in :func:`shannon_entropy`.
+        q: The order, a real number in [0, inf] (``math.inf`` allowed).
+        dim: The dimension that holds the outcomes.
+
+    Returns:
+        ``p``'s shape without ``dim``: H_q of p / Σp, in nats. Dtype/device of ``p``; NumPy in, NumPy out.
+
+    Raises:
+        TypeError: as in :func:`shannon_entropy`, or ``q`` not a real number.
+        ValueError: as in :func:`shannon_entropy`, or ``q`` negative or NaN.
+
+    References:
+        renyi1961measures, su2025entropy.
+    """
+    q = check_order(q, "q")
+    work, _, dtype, was_numpy = _prepare_distribution(p, dim)
+    return _finish(_renyi(work, q), dtype, was_numpy)
+
+
+def _spectral_entropy(W: Any, q: Any, power: Any) -> tuple[torch.Tensor, torch.dtype, bool, int]:
+    """H_q of the normalised spectrum in the working dtype, with the input dtype, container flag and k."""
+    q = check_order(q, "q")
+    power = _check_power(power)
+    work, dtype, was_numpy = _prepare_matrix(W, "W")
+    p = _distribution(_svdvals(work), power, tuple(work.shape), None)
+    return _renyi(p, q), dtype, was_numpy, min(work.shape[-2:])
+
+
+def singular_value_entropy(W: Any, q: float = 1.0, power: float = 1, normalize: bool = False) -> torch.Tensor | np.ndarray:
+    """Rényi entropy of order q of the normalised singular values of W, in nats.
+
+    H_q(p) with p_i = σ_i^power / Σ_j σ_j^power (eqs. ``eq-normalisations`` and ``eq-renyi``; singular
+    values below ``max(m, n) * eps * σ_1`` count as zeros, see
+    :func:`svmuon.spectral.spectrum.spectral_distribution`).
+
+    Args:
+        W: Shape ``(..., m, n)``, m, n >= 1, real floating dtype, finite, no zero matrix in the batch.
+        q: Rényi order in [0, inf]; 1 is Shannon (the source's singular-value entropy).
+        power: 1 (σ/Σσ, Roy–Vetterli and the source) or 2 (σ²/Σσ², the Moonlight report).
+        normalize: If True, divide by log k, k = min(m, n), so that the result lies in [0, 1]. Needs k >= 2:
+            with k = 1 the spectral distribution is always (1,) and H / log k would be 0 / 0, so a
+            ValueError is raised instead of a made-up value.
+
+    Returns:
+        Shape ``(...)``; in [0, log k] nats (or [0, 1] if normalized). Dtype/device of ``W`` (half precision
+        computed in float32 and cast back); NumPy in, NumPy out.
+
+    Raises:
+        TypeError: bad container/dtype of ``W``; ``q``/``power`` not real; ``normalize`` not a bool.
+        ValueError: bad shape, NaN/Inf, a zero matrix (entropy undefined), q < 0 or NaN, power <= 0,
+            ``normalize=True`` with min(m, n) = 1.
+
+    References:
+        su2025entropy, liu2025moonlight, roy2007effective, renyi1961measures.
+    """
+    if not isinstance(normalize, (bool, np.bool_)):
+        raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+    if normalize:
+        t, _ = as_tensor(W, "W")
+        if t.ndim >= 2 and min(t.shape[-2:]) == 1:
+            raise ValueError(f"normalize=True needs min(m, n) >= 2, but W has shape {tuple(t.shape)}: with one "
+                             "singular value the entropy is always 0 and log k = 0, so H / log k is undefined")
+    h, dtype, was_numpy, k = _spectral_entropy(W, q, power)
+    if normalize:
+        h = h / math.log(k)
+    return _finish(h, dtype, was_numpy)
+
+
+def effective_rank(W: Any, q: float = 1.0, power: float = 1) -> torch.Tensor | np.ndarray:
+    """Effective rank exp(H_q(p)) of W, p the normalised spectrum (Roy–Vetterli's erank at q=1, power=1).
+
+    A real number in [1, rank W]. Particular (q, power) pairs are classical ranks:
+
+    - q = 0 (any power): the numerical rank, #{σ_i > max(m, n) eps σ_1} (as ``torch.linalg.matrix_rank``);
+    - q = 1, power = 1: the effective rank erank of Roy and Vetterli;
+    - q = 2, power = 2: the participation ratio (Σσ_i²)² / Σσ_i⁴;
+    - q = ∞, power = 2: the stable rank ‖W‖_F² / ‖W‖_2² (see :func:`stable_rank`);
+    - q = ∞, power = 1: the nuclear-to-spectral ratio ‖W‖_* / ‖W‖_2 = Σσ_i / σ_1.
+
+    Args:
+        W: Shape ``(..., m, n)``, as in :func:`singular_value_entropy`.
+        q: Rényi order in [0, inf].
+        power: 1 or 2 (any positive real accepted).
+
+    Returns:
+        Shape ``(...)``, dtype/device of ``W``; NumPy in, NumPy out.
+
+    Raises:
+        TypeError: as in :func:`singular_value_entropy`.
+        ValueError: as in :func:`singular_value_entropy`.
+
+    References:
+        roy2007effective, su2025entropy.
+    """
+    h, dtype, was_numpy, _ = _spectral_entropy(W, q, power)
+    return _finish(torch.exp(h), dtype, was_numpy)
+
+
+def stable_rank(W: Any) -> torch.Tensor | np.ndarray:
+    """Stable rank ‖W‖_F² / ‖W‖_2² = Σ_i σ_i² / σ_1² of each matrix; equals ``effective_rank(W, inf, 2)``.
+
+    Args:
+        W: Shape ``(..., m, n)``, m, n >= 1, real floating dtype, finite, no zero matrix in the batch.
+
+    Returns:
+        Shape ``(...)``, in [1, min(m, n)]. Dtype/device of ``W``; NumPy in, NumPy out.
+
+    Raises:
+        TypeError: bad container or dtype.
+        ValueError: bad shape, NaN/Inf, or a zero matrix (0 / 0).
+
+    References:
+        roy2007effective (for the family of effective ranks).
+    """
+    work, dtype, was_numpy = _prepare_matrix(W, "W")
+    sigma = _svdvals(work)
+    top = sigma[..., 0]
+    if bool((top == 0).any()):
+        raise ValueError(f"W must not be the zero matrix: its stable rank ‖W‖_F² / ‖W‖_2² = 0 / 0 is undefined "
+                         f"(W of shape {tuple(work.shape)})")
+    return _finish(((sigma / top.unsqueeze(-1)) ** 2).sum(dim=-1), dtype, was_numpy)

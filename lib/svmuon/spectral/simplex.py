@@ -1,0 +1,63 @@
+"""Uniform sampling of the probability simplex Δ^{n-1} = {p in R^n : p_i >= 0, Σ p_i = 1}.
+
+If x_1, ..., x_n are i.i.d. Exp(1), then p = x / Σ_j x_j is uniform on Δ^{n-1} (book theorem
+``thm-exp-simplex``): the joint density e^{-Σ x_i} depends on x only through its "length" Σ x_i, just as
+the Gaussian density depends only on ‖x‖ and so makes x / ‖x‖ uniform on the sphere. This is the flat
+Dirichlet(1, ..., 1) distribution, drawn without naming it.
+
+References: su2025entropy, devroye1986nonuniform (chapter V), kotz2000continuous.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from svmuon._validation import check_int
+
+__all__ = ["sample_simplex"]
+
+
+def sample_simplex(
+    n: int,
+    size: int,
+    *,
+    generator: torch.Generator | None = None,
+    device: Any = None,
+    dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    """Draw ``size`` points uniformly from the simplex Δ^{n-1} by normalising i.i.d. Exp(1) draws.
+
+    Args:
+        n: Number of coordinates, n >= 1 (n = 1 gives the single point (1,)).
+        size: Number of points, size >= 0.
+        generator: Optional ``torch.Generator`` for reproducible draws. The draws are made on the
+            generator's device and then moved to ``device``.
+        device: Device of the result; default the generator's device, else the CPU.
+        dtype: ``torch.float32`` or ``torch.float64`` (default). Half precision is refused: its 11-bit
+            mantissa makes Exp(1) draws too coarse for a density on Δ^{n-1}.
+
+    Returns:
+        Tensor of shape ``(size, n)``: each row non-negative and summing to 1 (to rounding), the rows i.i.d.
+        uniform on Δ^{n-1}.
+
+    Raises:
+        TypeError: ``n``/``size`` not integers, ``dtype`` not float32/float64, ``generator`` not a Generator.
+        ValueError: n < 1 or size < 0.
+
+    References:
+        su2025entropy, devroye1986nonuniform.
+    """
+    n = check_int(n, "n", minimum=1)
+    size = check_int(size, "size", minimum=0)
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    draw_device = generator.device if generator is not None else (device if device is not None else "cpu")
+    target = torch.device(device) if device is not None else torch.device(draw_device)
+    x = torch.empty((size, n), dtype=dtype, device=draw_device).exponential_(1.0, generator=generator)
+    # Exp(1) draws are > 0 almost surely, so every row sum is positive (eq. of thm-exp-simplex).
+    p = x / x.sum(dim=-1, keepdim=True)
+    return p.to(target)

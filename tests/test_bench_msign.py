@@ -1,0 +1,25 @@
+"""Smoke run of ``python -m svmuon.bench msign`` on tiny sizes: it runs, writes its JSON, and its accuracy
+columns say what the schedules are known to do (the timings are not asserted: they belong to the benchmark)."""
+
+from __future__ import annotations
+
+import json
+
+from svmuon.bench import msign as bench
+
+
+def test_bench_msign_smoke(tmp_path, capsys):
+    out = tmp_path / "msign.json"
+    assert bench.main(["--sizes", "32", "--muon-sizes", "16", "--repeats", "1", "--device", "cpu",
+                       "--output", str(out)]) == 0
+    data = json.loads(out.read_text())
+    row = data["results"]["sizes"][0]
+    assert row["n"] == 32 and data["hardware"]["torch"]
+    # fp32: converging schedules and the SVD reach the exact polar factor to ~1e-6 (kappa = 10);
+    # Keller Jordan's quintic stays ~0.1-0.4 away in RMS (its singular values oscillate in [0.68, 1.2]).
+    for name in ("polar_express", "cubic"):
+        assert row[name]["polar_err"] < 1e-5 and row[name]["ns_over_floor"] > 0
+    assert row["svd"]["polar_err"] < 1e-5
+    assert row["keller_jordan"]["polar_err"] > 0.05
+    assert data["results"]["muon"][0]["torch_over_svmuon"] > 0
+    assert "Muon step" in capsys.readouterr().out

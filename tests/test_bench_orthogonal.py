@@ -1,0 +1,20 @@
+"""Smoke test of ``python -m svmuon.bench orthogonal`` on a tiny problem (timings are not asserted)."""
+
+from __future__ import annotations
+
+import json
+
+from svmuon.bench import orthogonal
+
+
+def test_bench_orthogonal_smoke(tmp_path):
+    out = tmp_path / "o.json"
+    assert orthogonal.main(["--sizes", "8", "--count", "2", "--repeats", "1", "--output", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "orthogonal" and data["goal"] == "orthogonal_muon/muon <= 1.3"
+    rows = data["results"]
+    assert {r["schedule"] for r in rows} == {"keller_jordan", "polar_express"}
+    for r in rows:
+        for key in ("muon", "orthogonal_muon", "orthogonal_muon_no_correction", "geoopt_rsgd"):
+            assert r[key] > 0
+        assert abs(r["orthogonal_muon/muon"] - r["orthogonal_muon"] / r["muon"]) < 1e-12

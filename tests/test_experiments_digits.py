@@ -1,0 +1,66 @@
+"""Smoke test of ``python -m svmuon.experiments digits-training``: it runs, writes its results file, and the
+same command gives the same numbers (fixed seeds, single thread)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from svmuon.experiments import __main__ as cli
+from svmuon.experiments import digits_training as dt
+
+TINY = ["--epochs", "1", "--batch-size", "256", "--adamw-lrs", "1e-3", "--muon-lrs", "1e-2",
+        "--tune-seeds", "0", "--seeds", "3", "--log-every", "2", "--no-progress"]
+
+
+def _numbers(path):
+    data = json.loads(path.read_text())
+    for volatile in ("hardware", "elapsed_s", "command"):
+        data.pop(volatile)
+    return data
+
+
+@pytest.mark.slow  # ~8 s on a busy 2-core machine: four short training runs, twice
+def test_command_runs_and_is_reproducible(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert cli.main(["digits-training", *TINY, "--output", str(a)]) == 0
+    assert cli.main(["digits-training", *TINY, "--output", str(b)]) == 0
+    ra, rb = _numbers(a), _numbers(b)
+    assert ra == rb  # bit-identical: same seeds, same thread count
+    run = ra["runs"]["muon"][0]
+    assert run["steps"] == math.ceil(1078 / 256)  # 60 % of 1797 digits train, batch 256, one epoch
+    first, last = run["trajectory"][0], run["trajectory"][-1]
+    assert first["step"] == 0 and "dH_p1" not in first["0.weight"] and "dH_p1" in last["2.weight"]
+    for k in dt.MATRICES:  # entropies lie in [0, log k]
+        k_dim = {"0.weight": 64, "2.weight": 256, "4.weight": 10}[k]
+        assert 0 < last[k]["H_p1"] <= math.log(k_dim) + 1e-9
+    assert 0.1 < run["test_acc"] <= 1.0
+    assert set(ra["summary"]) == {"adamw", "muon"}
+
+
+def test_muon_split_and_bad_method():
+    model = dt.make_model(0)
+    adamw_lr = 1e-3
+    muon, rest = dt.make_optimizers(model, "muon", 0.02, adamw_lr=adamw_lr, weight_decay=0.0)
+    named = dict(model.named_parameters())
+    assert [p for g in muon.param_groups for p in g["params"]] == [named["0.weight"], named["2.weight"]]
+    assert all(p.ndim == 1 or p is named["4.weight"] for g in rest.param_groups for p in g["params"])
+    assert rest.param_groups[0]["lr"] == adamw_lr
+    with pytest.raises(ValueError, match="method"):
+        dt.make_optimizers(model, "sgd", 0.1, adamw_lr=adamw_lr, weight_decay=0.0)
+
+
+def test_data_split_is_disjoint_and_stratified():
+    data = dt.load_data(0)
+    sizes = {k: len(v[1]) for k, v in data.items()}
+    assert sum(sizes.values()) == 1797 and sizes["test"] == 360
+    for _, y in data.values():
+        assert set(torch.unique(y).tolist()) == set(range(10))
+
+
+def test_bad_cli_arguments(tmp_path):
+    with pytest.raises(SystemExit):
+        dt.main(["--epochs", "0", "--output", str(tmp_path / "x.json")])

@@ -1,0 +1,120 @@
+"""Tests of svmuon.orthogonal.manifolds: sym/skew, tangent projection, the closed-form direction, retraction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import TOL
+from svmuon.orthogonal.manifolds import Orthogonal, skew, sym
+from svmuon.orthogonal.msign import msign
+from svmuon.orthogonal.symbolic import reference_direction_sdp
+
+M = Orthogonal()
+
+
+def _random_orthogonal(n, gen, dtype=torch.float64, batch=()):
+    Q, R = torch.linalg.qr(torch.randn(*batch, n, n, generator=gen, dtype=torch.float64))
+    return (Q * torch.sign(torch.diagonal(R, dim1=-2, dim2=-1)).unsqueeze(-2)).to(dtype)
+
+
+def test_sym_skew_split(gen):
+    A = torch.randn(3, 5, 5, generator=gen, dtype=torch.float64)
+    S, K = sym(A), skew(A)
+    assert torch.equal(S, S.mT) and torch.equal(K, -K.mT)
+    torch.testing.assert_close(S + K, A, **TOL[torch.float64])
+    assert isinstance(skew(A.numpy()), np.ndarray)
+    with pytest.raises(ValueError, match="M must be square"):
+        sym(torch.zeros(2, 3))
+    with pytest.raises(TypeError, match="M"):
+        skew([[0.0]])
+
+
+@pytest.mark.parametrize("n", [2, 3, 6])
+def test_tangent_projection(n, gen):
+    W = _random_orthogonal(n, gen, batch=(4,))
+    Z = torch.randn(4, n, n, generator=gen, dtype=torch.float64)
+    D = M.project_tangent(W, Z)
+    # tangent: WᵀD is skew, i.e. WᵀD + DᵀW = 0 (float64 rounding of two matmuls: TOL atol 1e-12)
+    torch.testing.assert_close(W.mT @ D + D.mT @ W, torch.zeros_like(D), **TOL[torch.float64])
+    torch.testing.assert_close(M.project_tangent(W, D), D, **TOL[torch.float64])  # idempotent
+    # orthogonal projection: the residual Z - D is orthogonal to every tangent vector (Frobenius)
+    T = M.project_tangent(W, torch.randn(4, n, n, generator=gen, dtype=torch.float64))
+    assert torch.allclose(((Z - D) * T).sum(dim=(-2, -1)), torch.zeros(4, dtype=torch.float64), atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [3, 4, 5])
+def test_msign_maps_skew_to_skew(n, gen):
+    # thm-skew-msign: for skew A, msign(A) is skew. Independent route: SVD msign with no re-projection.
+    A = skew(torch.randn(6, n, n, generator=gen, dtype=torch.float64))
+    O = msign(A, method="svd")
+    torch.testing.assert_close(O, -O.mT, rtol=0, atol=1e-12)  # 1e-12: a few ulps of an SVD of unit scale
+    rank = torch.linalg.matrix_rank(O)
+    assert bool((rank == (n - n % 2)).all())  # odd n: one zero singular value stays zero
+    P = O.mT @ O  # a projector
+    torch.testing.assert_close(P @ P, P, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6])
+def test_direction_matches_sdp(n):
+    # eq-orth-direction against cvxpy's SDP optimum (CLARABEL, gap/feasibility tol 1e-9):
+    # objectives within 1e-6 as the issue asks; the solver tolerance leaves three orders of headroom.
+    rng = np.random.default_rng(n)
+    W = M.project(rng.standard_normal((n, n)))
+    G = rng.standard_normal((n, n))
+    Phi_sdp, value = reference_direction_sdp(W, G)
+    Phi = M.steepest_direction(W, G)
+    assert abs(np.trace(G.T @ Phi) - value) <= 1e-6
+    nuclear = np.linalg.svd(skew(W.T @ G), compute_uv=False).sum()  # value = ‖[WᵀG]_skew‖_*
+    assert abs(value - nuclear) <= 1e-6
+    # the closed form is feasible: spectral norm 1 and tangent
+    assert np.linalg.norm(Phi, 2) <= 1 + 1e-12
+    np.testing.assert_allclose(W.T @ Phi + Phi.T @ W, 0, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [3, 4])
+@pytest.mark.parametrize("eta", [1e-3, 0.3, 2.0])
+def test_retraction_is_orthogonal_and_first_order(n, eta, gen):
+    W = _random_orthogonal(n, gen, batch=(5,))
+    G = torch.randn(5, n, n, generator=gen, dtype=torch.float64)
+    O = M.skew_direction(W, G)
+    W1 = M.retract(W, O, eta)
+    assert float(M.orthogonality_error(W1).max()) <= 1e-13  # float64: O(n) ulps of unit-size products
+    # first order: W1 = W - ηWO + O(η²); compare with the uncorrected step W(I - ηO)
+    step = W - eta * W @ O
+    assert float((W1 - step).abs().max()) <= eta**2  # the correction is W((s-1)OᵀO - η(s-1)O) = O(η²)
+    # against the polar factor route msign(W(I - ηO)) (the seed's first form of the update)
+    torch.testing.assert_close(W1, msign(step, method="svd"), rtol=0, atol=1e-12)
+
+
+def test_retract_rejects_bad_eta(gen):
+    W = _random_orthogonal(3, gen)
+    with pytest.raises(ValueError, match="eta"):
+        M.retract(W, torch.zeros(3, 3, dtype=torch.float64), -0.1)
+    with pytest.raises(ValueError, match="eta"):
+        M.retract(W, torch.zeros(3, 3, dtype=torch.float64), float("nan"))
+
+
+def test_check_point_project_and_polar_correction(gen):
+    A = torch.randn(4, 5, 5, generator=gen, dtype=torch.float64)
+    assert not M.check_point(A) and not M.check_point(torch.zeros(3, 4)) and not M.check_point(torch.zeros(2))
+    Q = M.project(A)
+    assert M.check_point(Q, atol=1e-13)
+    # nearest orthogonal matrix = U Vᵀ of the SVD (schonemann1966procrustes), independent of msign
+    U, _, Vh = torch.linalg.svd(A)
+    torch.testing.assert_close(Q, U @ Vh, rtol=0, atol=1e-12)
+    singular = torch.diag(torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64))
+    assert M.check_point(M.project(singular), atol=1e-13)  # still orthogonal for singular input
+    # Björck: ε -> about 3ε²/4
+    E = 1e-4 * sym(torch.randn(5, 5, generator=gen, dtype=torch.float64))
+    Wp = Q[0] @ (torch.eye(5, dtype=torch.float64) + E)
+    before, after = float(M.orthogonality_error(Wp)), float(M.orthogonality_error(M.polar_correction(Wp)))
+    assert after <= 2 * before**2
+
+
+def test_orthogonal_options():
+    with pytest.raises(ValueError, match="msign_method"):
+        Orthogonal(msign_method="qr")
+    with pytest.raises(ValueError, match="newton_schulz"):
+        Orthogonal(ns_steps=3)

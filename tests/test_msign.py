@@ -1,0 +1,269 @@
+"""msign by SVD and by Newton–Schulz against matrices with chosen spectra, properties, bad inputs, and the SDP.
+
+Every expected polar factor is built, not computed: G = U diag(s) Vᵀ with random orthogonal U, V (QR of a
+Gaussian), so msign(G) = U_r V_rᵀ is known exactly; the Newton–Schulz iterates are compared with the scalar
+maps applied to s (NumPy, float64), and the steepest-descent value with an SDP solved by cvxpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from svmuon.orthogonal import msign
+from svmuon.orthogonal.coefficients import scalar_map
+
+F64 = torch.float64
+
+
+def orthonormal(n: int, k: int, gen: torch.Generator) -> torch.Tensor:
+    """n x k matrix with orthonormal columns (QR of a Gaussian, float64)."""
+    Q, R = torch.linalg.qr(torch.randn(n, k, generator=gen, dtype=F64))
+    return Q * torch.sign(torch.diagonal(R))
+
+
+def with_spectrum(s, m: int, n: int, gen: torch.Generator):
+    """(G, U_r V_rᵀ) for G = U diag(s) Vᵀ of shape (m, n); s has min(m, n) entries."""
+    s = torch.as_tensor(s, dtype=F64)
+    k = min(m, n)
+    U, V = orthonormal(m, k, gen), orthonormal(n, k, gen)
+    G = (U * s) @ V.T
+    keep = (s > 0).to(F64)
+    return G, (U * keep) @ V.T
+
+
+SPECTRA = {
+    "generic": [3.0, 2.0, 1.5, 1.0, 0.5],
+    "clustered": [1.0 + 1e-6 * i for i in range(5)],
+    "repeated": [2.0, 2.0, 2.0, 0.5, 0.5],
+    "tiny": [1e-30 * v for v in (3.0, 2.0, 1.5, 1.0, 0.5)],
+    "huge": [1e30 * v for v in (3.0, 2.0, 1.5, 1.0, 0.5)],
+    "zeros": [2.0, 1.0, 0.7, 0.0, 0.0],
+    "rank_one": [5.0, 0.0, 0.0, 0.0, 0.0],
+}
+
+
+@pytest.mark.parametrize("shape", [(9, 5), (5, 9), (5, 5)])
+@pytest.mark.parametrize("name", sorted(SPECTRA))
+def test_svd_matches_built_polar_factor(name, shape, gen):
+    G, expected = with_spectrum(SPECTRA[name], *shape, gen)
+    # float64: polar-factor perturbation <= ~eps * s_max / s_r (s_max / s_r <= 10 here, 6 for zeros) plus
+    # the SVD's backward error ~ n eps; 1e-12 leaves ~500x headroom over eps = 2.2e-16.
+    torch.testing.assert_close(msign(G), expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("schedule,steps", [("polar_express", 10), ("cubic", 30), ("keller_jordan", 5)])
+@pytest.mark.parametrize("shape", [(9, 5), (5, 9)])
+def test_newton_schulz_acts_as_scalar_map_on_singular_values(schedule, steps, shape, gen):
+    s = torch.tensor([3.0, 2.0, 1.5, 0.2, 0.01], dtype=F64)
+    k = min(shape)
+    U, V = orthonormal(shape[0], k, gen), orthonormal(shape[1], k, gen)
+    G = (U * s) @ V.T
+    x = (s / torch.linalg.vector_norm(s)).numpy()  # singular values of G / ‖G‖_F
+    mapped = torch.from_numpy(scalar_map(x, schedule, steps)[-1])
+    # float64 compute: the matrix iteration equals U diag(p(x)) Vᵀ up to ~steps * n * eps amplified by
+    # the maps' slopes (<= 8.2 for polar express); 1e-10 is ~1e5 eps.
+    out = msign(G, method="newton_schulz", coefficients=schedule, steps=steps, compute_dtype=F64)
+    torch.testing.assert_close(out, (U * mapped) @ V.T, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("schedule", ["polar_express", "cubic"])
+@pytest.mark.parametrize("name", ["generic", "clustered", "repeated", "tiny", "huge"])
+def test_converging_schedules_reach_polar_factor(schedule, name, gen):
+    G, expected = with_spectrum(SPECTRA[name], 9, 5, gen)
+    out64 = msign(G, method="newton_schulz", coefficients=schedule)  # float64 input -> float64 compute
+    # these spectra have s_min / ‖G‖_F >= 0.1, well inside both schedules' convergence range: the iterates
+    # sit at 1 to float64 rounding; 1e-12 as for the SVD.
+    torch.testing.assert_close(out64, expected, rtol=0, atol=1e-12)
+    out32 = msign(G.float(), method="newton_schulz", coefficients=schedule)
+    assert out32.dtype == torch.float32
+    # float32 compute: ~ steps * eps32 * slope; 1e-5 is ~100 eps32 = 1.2e-7.
+    torch.testing.assert_close(out32, expected.float(), rtol=0, atol=1e-5)
+
+
+def test_newton_schulz_rank_deficient_keeps_zero_directions(gen):
+    G, expected = with_spectrum(SPECTRA["zeros"], 9, 5, gen)
+    out = msign(G, method="newton_schulz")
+    # zero singular values stay (numerically) zero: odd polynomials map 0 to 0; rounding noise of size
+    # eps * ‖G‖ in those directions grows by at most prod(a_t) ~ 1e4 for polar express: 1e-10.
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-10)
+
+
+def test_keller_jordan_does_not_converge(gen):
+    G, expected = with_spectrum([3.0, 2.0, 1.5, 0.2, 0.01], 9, 5, gen)
+    out = msign(G, method="newton_schulz", coefficients="keller_jordan", steps=5, compute_dtype=F64)
+    sv = torch.linalg.svdvals(out)
+    assert 0.4 < float(sv.min()) and float(sv.max()) < 1.25  # measured band on (1e-3, 1]: [0.47, 1.20]
+    assert float((out - expected).abs().max()) > 0.05  # it is not the polar factor
+
+
+@pytest.mark.parametrize("method", ["svd", "newton_schulz"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_scale_invariance_whole_float_range(method, dtype, gen):
+    G = torch.randn(6, 4, generator=gen, dtype=dtype)
+    base = msign(G, method=method)
+    fin = torch.finfo(dtype)
+    lo_exp, hi_exp = int(np.log2(fin.tiny)) + 4, int(np.log2(fin.max)) - 4
+    for e in (lo_exp, -20, 20, hi_exp):  # powers of two: G * 2**e is exact, so the results are bitwise equal
+        assert torch.equal(msign(G * 2.0**e, method=method), base)
+    tol = 1e-12 if dtype == F64 else 1e-5  # c not a power of two: c G is rounded once (one ulp per entry)
+    for c in (1e-30, 3.7, 1e30):
+        torch.testing.assert_close(msign(G * c, method=method), base, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("method", ["svd", "newton_schulz"])
+def test_tiny_float64_input_does_not_underflow(method, gen):
+    G, expected = with_spectrum([3.0, 2.0, 1.0], 4, 3, gen)
+    # ‖1e-300 G‖_F² underflows to 0 in float64: only the exact power-of-two prescaling keeps this finite.
+    torch.testing.assert_close(msign(G * 1e-300, method=method), expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(msign(G * 1e300, method=method), expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["svd", "newton_schulz"])
+def test_zero_matrix_maps_to_zero(method):
+    for shape in [(3, 4), (2, 5, 5), (4, 1)]:
+        out = msign(torch.zeros(shape), method=method)
+        assert torch.equal(out, torch.zeros(shape))
+
+
+@pytest.mark.parametrize("method", ["svd", "newton_schulz"])
+def test_batched_equals_per_matrix(method, gen):
+    G = torch.randn(2, 3, 7, 4, generator=gen, dtype=F64)
+    G[1, 2] = 0.0  # a zero matrix inside a batch must not disturb its neighbours
+    G[0, 1] *= 1e-200
+    out = msign(G, method=method)
+    for i in range(2):
+        for j in range(3):
+            # batched kernels may sum in a different order: a few ulps.
+            torch.testing.assert_close(out[i, j], msign(G[i, j], method=method), rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("method", ["svd", "newton_schulz"])
+def test_transpose_and_orthogonal_equivariance(method, gen):
+    G = torch.randn(7, 4, generator=gen, dtype=F64)
+    torch.testing.assert_close(msign(G.T, method=method), msign(G, method=method).T, rtol=0, atol=1e-13)
+    P, Q = orthonormal(7, 7, gen), orthonormal(4, 4, gen)
+    # msign(P G Q) = P msign(G) Q for orthogonal P, Q (polar factor is orthogonally equivariant)
+    torch.testing.assert_close(msign(P @ G @ Q, method=method), P @ msign(G, method=method) @ Q, rtol=0, atol=1e-12)
+
+
+def test_result_is_orthonormal_and_idempotent(gen):
+    for shape in [(8, 3), (3, 8)]:
+        Q = msign(torch.randn(*shape, generator=gen, dtype=F64))
+        k = min(shape)
+        gram = Q.T @ Q if shape[0] >= shape[1] else Q @ Q.T
+        torch.testing.assert_close(gram, torch.eye(k, dtype=F64), rtol=0, atol=1e-13)
+        torch.testing.assert_close(msign(Q), Q, rtol=0, atol=1e-13)
+
+
+def test_dtypes_numpy_and_no_mutation(gen):
+    G = torch.randn(5, 3, generator=gen)
+    G_copy = G.clone()
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        for method in ("svd", "newton_schulz"):
+            assert msign(G.to(dtype), method=method).dtype == dtype
+    assert torch.equal(G, G_copy)
+    A = G.double().numpy()
+    out = msign(A)
+    assert isinstance(out, np.ndarray) and out.dtype == np.float64
+    np.testing.assert_allclose(out, msign(G.double()).numpy(), rtol=0, atol=1e-15)
+
+
+def test_default_compute_dtype_cpu(gen):
+    G = torch.randn(6, 6, generator=gen)
+    default = msign(G, method="newton_schulz")
+    assert torch.equal(default, msign(G, method="newton_schulz", compute_dtype=torch.float32))
+    bf = msign(G, method="newton_schulz", compute_dtype=torch.bfloat16, coefficients="keller_jordan")
+    assert bf.dtype == torch.float32
+    # bf16 compute: entries within ~10 bf16 ulps (2^-8) of the fp32 iteration after 5 steps
+    torch.testing.assert_close(bf, msign(G, method="newton_schulz", coefficients="keller_jordan"), rtol=0, atol=0.05)
+
+
+def test_explicit_coefficients_and_rcond(gen):
+    G = torch.randn(5, 3, generator=gen, dtype=F64)
+    a = msign(G, method="newton_schulz", coefficients=[(1.5, -0.5, 0.0)], steps=30)
+    torch.testing.assert_close(a, msign(G, method="newton_schulz", coefficients="cubic", steps=30), rtol=0, atol=0)
+    s = torch.tensor([1.0, 1e-3, 1e-9], dtype=F64)
+    U, V = orthonormal(5, 3, gen), orthonormal(3, 3, gen)
+    Gs = (U * s) @ V.T
+    # rcond = 1e-6 drops the 1e-9 value, keeping the 1e-3 one; the default keeps both.
+    expect = (U[:, :2]) @ V[:, :2].T
+    torch.testing.assert_close(msign(Gs, rcond=1e-6), expect, rtol=0, atol=1e-8)
+    torch.testing.assert_close(msign(Gs), U @ V.T, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "bad,kwargs,err",
+    [
+        (torch.tensor([[1.0, float("nan")], [0.0, 1.0]]), {}, ValueError),
+        (torch.tensor([[1.0, float("inf")], [0.0, 1.0]]), {"method": "newton_schulz"}, ValueError),
+        (torch.ones(2, 2, dtype=torch.complex64), {}, TypeError),
+        (torch.ones(2, 2, dtype=torch.int64), {}, TypeError),
+        ([[1.0, 0.0], [0.0, 1.0]], {}, TypeError),
+        (torch.ones(3), {}, ValueError),
+        (torch.ones(0, 3), {}, ValueError),
+        (torch.ones(2, 2), {"method": "qr"}, ValueError),
+        (torch.ones(2, 2), {"method": "newton_schulz", "steps": -1}, ValueError),
+        (torch.ones(2, 2), {"method": "newton_schulz", "steps": 2.5}, TypeError),
+        (torch.ones(2, 2), {"method": "newton_schulz", "coefficients": "quartic"}, ValueError),
+        (torch.ones(2, 2), {"method": "newton_schulz", "coefficients": [(1.0, 2.0)]}, ValueError),
+        (torch.ones(2, 2), {"method": "newton_schulz", "coefficients": [(1.0, float("nan"), 0.0)]}, ValueError),
+        (torch.ones(2, 2), {"method": "newton_schulz", "compute_dtype": torch.int32}, TypeError),
+        (torch.ones(2, 2), {"rcond": -1.0}, ValueError),
+        (torch.ones(2, 2), {"steps": 3}, ValueError),
+        (torch.ones(2, 2), {"method": "newton_schulz", "rcond": 1e-3}, ValueError),
+    ],
+)
+def test_bad_inputs(bad, kwargs, err):
+    with pytest.raises(err):
+        msign(bad, **kwargs)
+
+
+@pytest.mark.parametrize("rank", [3, 2])
+def test_sdp_value_is_nuclear_norm_attained_by_msign(rank, gen):
+    cp = pytest.importorskip("cvxpy")
+    s = [2.0, 1.0, 0.5][:rank] + [0.0] * (3 - rank)
+    G, _ = with_spectrum(s, 4, 3, gen)
+    Gn = G.numpy()
+    Phi = cp.Variable((4, 3))
+    problem = cp.Problem(cp.Maximize(cp.trace(Gn.T @ Phi)), [cp.sigma_max(Phi) <= 1])
+    problem.solve(solver="CLARABEL")
+    nuclear = np.linalg.norm(Gn, "nuc")  # independent: LAPACK singular values summed by NumPy
+    # interior-point solver with default tolerances ~1e-8 relative: 1e-6 is comfortable.
+    assert problem.value == pytest.approx(nuclear, rel=1e-6)
+    O = msign(G).numpy()
+    assert np.trace(Gn.T @ O) == pytest.approx(nuclear, rel=1e-12)
+    assert np.linalg.norm(O, 2) == pytest.approx(1.0, rel=1e-12)
+    if rank < 3:  # non-unique: adding u_3 v_3ᵀ keeps the value and the spectral norm
+        U, _, Vh = np.linalg.svd(Gn, full_matrices=False)
+        O2 = O + np.outer(U[:, 2], Vh[2])
+        assert np.trace(Gn.T @ O2) == pytest.approx(nuclear, rel=1e-12)
+        assert np.linalg.norm(O2, 2) == pytest.approx(1.0, rel=1e-12)
+        assert np.abs(O2 - O).max() > 0.1
+
+
+@pytest.mark.cuda
+def test_cuda_bf16_default_matches_svd(gen):
+    G, expected = with_spectrum([3.0, 2.0, 1.5, 1.0, 0.5], 64, 5, gen)
+    out = msign(G.float().cuda(), method="newton_schulz")
+    assert out.device.type == "cuda" and out.dtype == torch.float32
+    # bf16 iteration (default on CUDA): ~1% error (8 mantissa bits, 10 steps)
+    torch.testing.assert_close(out.cpu(), expected.float(), rtol=0, atol=0.05)
+    torch.testing.assert_close(msign(G.cuda()).cpu(), expected, rtol=0, atol=1e-12)
+
+
+@given(m=st.integers(1, 6), n=st.integers(1, 6), seed=st.integers(0, 2**31 - 1), e=st.integers(-300, 300))
+def test_property_scale_transpose_invariance(m, n, seed, e):
+    G = torch.randn(m, n, generator=torch.Generator().manual_seed(seed), dtype=F64)
+    c = 10.0**e
+    for method in ("svd", "newton_schulz"):
+        base = msign(G, method=method)
+        # c G is rounded once (half an ulp per entry), and msign's sensitivity is ~1 / (s_min + s_next) of a
+        # random 6x6 Gaussian, rarely above 1e3: 1e-9 leaves ample headroom over 1e3 * 1e-16.
+        torch.testing.assert_close(msign(c * G, method=method), base, rtol=0, atol=1e-9)
+        torch.testing.assert_close(msign(G.T, method=method), base.T, rtol=0, atol=1e-12)
+    exact = msign(G)  # the SVD result is a partial isometry: Q Qᵀ Q = Q (its singular values are 0 or 1)
+    torch.testing.assert_close(exact @ exact.T @ exact, exact, rtol=0, atol=1e-12)

@@ -1,0 +1,202 @@
+"""svmuon.optim.Muon against torch.optim.Muon (bf16) and an fp32 reference of the same recursion."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+import svmuon.optim.muon as muon_module
+from svmuon.optim import Muon
+
+KJ = (3.4445, -4.7750, 2.0315)
+SHAPES = [(8, 4), (4, 8), (8, 4), (6, 6)]
+
+
+def reference_step(W, bufs, grads, *, lr, wd, mu, nesterov, steps, rule):
+    """fp32 Muon step written from torch.optim.Muon's formulas, one matrix at a time (no svmuon code)."""
+    out = []
+    for w, b, g in zip(W, bufs, grads):
+        b.mul_(mu).add_(g, alpha=1 - mu)
+        u = (1 - mu) * g + mu * b if nesterov else b.clone()
+        x = u.T if u.shape[0] > u.shape[1] else u
+        x = x / x.norm()
+        for _ in range(steps):
+            A = x @ x.T
+            x = KJ[0] * x + (KJ[1] * A + KJ[2] * A @ A) @ x
+        o = x.T if u.shape[0] > u.shape[1] else x
+        m, n = w.shape
+        scale = math.sqrt(max(1, m / n)) if rule is None else 0.2 * math.sqrt(max(m, n))
+        out.append(w * (1 - lr * wd) - lr * scale * o)
+    return out
+
+
+def make_params(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=g).requires_grad_() for s in SHAPES]
+
+
+def grads_for(step, shapes=SHAPES):
+    g = torch.Generator().manual_seed(100 + step)
+    return [torch.randn(s, generator=g) for s in shapes]
+
+
+def run(opt_cls, n_steps, **kw):
+    params = make_params()
+    opt = opt_cls(params, **kw)
+    for t in range(n_steps):
+        for p, g in zip(params, grads_for(t)):
+            p.grad = g.clone()
+        opt.step()
+    return params
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+@pytest.mark.parametrize("rule", [None, "match_rms_adamw"])
+def test_fp32_matches_reference_recursion(nesterov, rule):
+    kw = dict(lr=0.02, weight_decay=0.1, momentum=0.9, nesterov=nesterov, adjust_lr_fn=rule)
+    ours = run(Muon, 3, **kw)
+    W = [p.detach().clone() for p in make_params()]
+    bufs = [torch.zeros_like(w) for w in W]
+    for t in range(3):
+        W = reference_step(W, bufs, grads_for(t), lr=0.02, wd=0.1, mu=0.9, nesterov=nesterov, steps=5, rule=rule)
+    for p, w in zip(ours, W):
+        # both fp32; they differ only in summation order and in svmuon's power-of-two prescaling:
+        # a few ulps of entries of size ~1, amplified by the quintic's slope over 5 steps: 1e-5.
+        torch.testing.assert_close(p.detach(), w, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("rule", [None, "match_rms_adamw"])
+def test_bf16_matches_torch_muon(rule):
+    kw = dict(lr=0.02, weight_decay=0.1, momentum=0.95, adjust_lr_fn=rule)
+    theirs = run(torch.optim.Muon, 2, **kw)
+    ours = run(Muon, 2, compute_dtype=torch.bfloat16, **kw)
+    start = make_params()
+    for a, b, w in zip(theirs, ours, start):
+        step = (a - w).detach().abs().max()
+        # both iterate in bf16 (8-bit mantissa, ulp 2^-8 at 1); torch normalises in bf16, svmuon in fp32,
+        # and the 5 quintic steps amplify rounding (slope up to 3.4): measured ~1-3 % of the step,
+        # so 6 % of the largest step entry.
+        assert float((a - b).detach().abs().max()) <= 0.06 * float(step)
+
+
+def test_non_2d_parameters_refused():
+    with pytest.raises(ValueError, match="AdamW"):
+        Muon([torch.zeros(3, requires_grad=True)])
+    opt = Muon([torch.zeros(3, 2, requires_grad=True)])
+    with pytest.raises(ValueError, match="AdamW"):
+        opt.add_param_group({"params": [torch.zeros(2, 2, 2, requires_grad=True)]})
+
+
+def test_params_without_grad_bitwise_unchanged():
+    params = make_params()
+    before = [p.detach().clone() for p in params]
+    opt = Muon(params, lr=0.1)
+    params[0].grad = torch.ones(SHAPES[0])
+    opt.step()
+    for p, b in zip(params[1:], before[1:]):
+        assert torch.equal(p.detach(), b)
+        assert p not in opt.state
+    assert not torch.equal(params[0].detach(), before[0])
+
+
+def test_nonfinite_gradient_raises_and_changes_nothing():
+    params = make_params()
+    opt = Muon(params, lr=0.1)
+    for p, g in zip(params, grads_for(0)):
+        p.grad = g
+    opt.step()
+    snapshot = [p.detach().clone() for p in params]
+    state = copy.deepcopy(opt.state_dict())
+    for p, g in zip(params, grads_for(1)):
+        p.grad = g
+    params[3].grad[0, 0] = float("nan")  # the last parameter: earlier ones must not be updated first
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        opt.step()
+    for p, s in zip(params, snapshot):
+        assert torch.equal(p.detach(), s)
+    for k, v in opt.state_dict()["state"].items():
+        assert torch.equal(v["momentum_buffer"], state["state"][k]["momentum_buffer"])
+
+
+def test_state_dict_roundtrip_continues_identically():
+    params = make_params()
+    opt = Muon(params, lr=0.05, momentum=0.9)
+    for t in range(3):
+        for p, g in zip(params, grads_for(t)):
+            p.grad = g
+        opt.step()
+    clone = [p.detach().clone().requires_grad_() for p in params]
+    opt2 = Muon(clone, lr=123.0)  # hyperparameters come back from the state dict
+    opt2.load_state_dict(copy.deepcopy(opt.state_dict()))
+    assert opt2.param_groups[0]["lr"] == 0.05
+    for t in range(3, 6):
+        for p, q, g in zip(params, clone, grads_for(t)):
+            p.grad, q.grad = g.clone(), g.clone()
+        opt.step()
+        opt2.step()
+    for p, q in zip(params, clone):
+        assert torch.equal(p.detach(), q.detach())
+
+
+def test_same_shape_matrices_share_one_msign_call(monkeypatch):
+    calls = []
+    real = muon_module.msign
+
+    def counting(G, **kw):
+        calls.append(tuple(G.shape))
+        return real(G, **kw)
+
+    monkeypatch.setattr(muon_module, "msign", counting)
+    batched = run(Muon, 1, lr=0.05)
+    assert sorted(calls) == sorted([(2, 8, 4), (1, 4, 8), (1, 6, 6)])
+    monkeypatch.setattr(muon_module, "msign", real)
+    for i, shape in enumerate(SHAPES):  # batched == each matrix in its own optimizer
+        p = make_params()[i]
+        opt = Muon([p], lr=0.05)
+        p.grad = grads_for(0)[i]
+        opt.step()
+        torch.testing.assert_close(p.detach(), batched[i].detach(), rtol=0, atol=1e-6)  # fp32, batched kernels
+
+
+def test_scale_invariant_step_and_zero_gradient():
+    g = torch.randn(6, 4, generator=torch.Generator().manual_seed(3))
+    outs = []
+    for c in (1.0, 1e-20):  # eps=0: msign is scale invariant, so a tiny gradient takes the same step
+        p = torch.ones(6, 4, requires_grad=True)
+        opt = Muon([p], lr=0.1, eps=0.0, weight_decay=0.0)
+        p.grad = g * c
+        opt.step()
+        outs.append(p.detach().clone())
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=1e-6)
+    p = torch.ones(6, 4, requires_grad=True)
+    opt = Muon([p], lr=0.1, weight_decay=0.5)
+    p.grad = torch.zeros(6, 4)
+    opt.step()  # msign(0) = 0: only the decoupled weight decay acts
+    assert torch.equal(p.detach(), torch.full((6, 4), 1 - 0.1 * 0.5))
+
+
+@pytest.mark.parametrize(
+    "kwargs,err",
+    [({"lr": -1.0}, ValueError), ({"momentum": 1.0}, ValueError), ({"ns_steps": 0}, ValueError),
+     ({"adjust_lr_fn": "sqrt"}, ValueError), ({"ns_coefficients": "quartic"}, ValueError),
+     ({"weight_decay": float("nan")}, ValueError), ({"compute_dtype": torch.int8}, TypeError)],
+)
+def test_bad_hyperparameters(kwargs, err):
+    with pytest.raises(err):
+        Muon([torch.zeros(2, 2, requires_grad=True)], **kwargs)
+
+
+def test_named_schedule_and_adjust_lr():
+    assert muon_module.adjust_lr(1.0, None, (16, 4)) == pytest.approx(2.0)
+    assert muon_module.adjust_lr(1.0, "original", (4, 16)) == pytest.approx(1.0)
+    assert muon_module.adjust_lr(1.0, "match_rms_adamw", (4, 16)) == pytest.approx(0.8)
+    p = torch.zeros(5, 3, requires_grad=True)
+    opt = Muon([p], lr=1.0, ns_coefficients="polar_express", ns_steps=10, weight_decay=0.0, momentum=0.0,
+               nesterov=False)
+    p.grad = torch.randn(5, 3, generator=torch.Generator().manual_seed(4))
+    opt.step()
+    sv = torch.linalg.svdvals(p.detach())  # converged msign, times sqrt(5/3): every singular value equal
+    torch.testing.assert_close(sv, torch.full((3,), math.sqrt(5 / 3)), rtol=1e-5, atol=0)

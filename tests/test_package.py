@@ -1,0 +1,43 @@
+"""The public API: every exported name resolves, imports stay lazy, the command-line entry points answer."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+import svmuon
+
+PACKAGES = ["svmuon", "svmuon.spectral", "svmuon.orthogonal", "svmuon.optim"]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_export_resolves(package):
+    module = importlib.import_module(package)
+    for name in module.__all__:
+        obj = getattr(module, name)
+        assert obj is not None, f"{package}.{name}"
+        if callable(obj) and name != "__version__":
+            assert obj.__doc__, f"{package}.{name} has no docstring"
+
+
+def test_unknown_name_raises_attribute_error():
+    with pytest.raises(AttributeError, match="no_such_name"):
+        svmuon.no_such_name  # noqa: B018
+
+
+def test_import_is_lazy():
+    code = "import sys, svmuon; print(any(m in sys.modules for m in ('pandas', 'sympy', 'cvxpy', 'matplotlib')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("entry", ["svmuon.bench", "svmuon.experiments"])
+def test_entry_points_list_their_commands(entry):
+    out = subprocess.run([sys.executable, "-m", entry, "--help"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "python -m" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", entry, "no-such-thing"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown" in bad.stderr

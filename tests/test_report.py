@@ -1,0 +1,150 @@
+"""Tests of svmuon.spectral.report: the per-layer spectral report on modules whose spectra are known.
+
+Weights are built as U diag(s) Vᵀ with chosen s, so the expected entropies are computed here directly from s
+with NumPy (an independent route: no SVD involved).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import save_file
+from scipy.stats import ortho_group
+
+from svmuon.spectral.random_matrix import gaussian_entropy_limit
+from svmuon.spectral.report import plot_spectral_report, spectral_report
+
+# float64 weights: SVD of a well-conditioned 12x8 matrix is accurate to ~1e-14; 1e-10 leaves headroom.
+ATOL64 = 1e-10
+# float32 weights: singular values carry ~1e-7 relative error; entropies to ~1e-6 nats.
+ATOL32 = 1e-5
+
+
+def _with_spectrum(s, m, n, seed, dtype=torch.float64):
+    rng = np.random.default_rng(seed)
+    U = ortho_group.rvs(m, random_state=rng)[:, : len(s)]
+    V = ortho_group.rvs(n, random_state=rng)[:, : len(s)]
+    return torch.tensor(U @ np.diag(s) @ V.T, dtype=dtype)
+
+
+def _renyi(s, q, power):
+    p = np.asarray(s, float) ** power
+    p = p / p.sum()
+    return float(-(p * np.log(p)).sum()) if q == 1 else float(np.log((p**q).sum()) / (1 - q))
+
+
+S1 = np.array([5.0, 3.0, 2.0, 1.0, 1.0, 0.5, 0.25, 0.125])
+S2 = np.linspace(1.0, 2.0, 6)
+
+
+def _module():
+    net = torch.nn.Sequential(torch.nn.Linear(8, 12), torch.nn.ReLU(), torch.nn.Linear(12, 6, bias=False),
+                              torch.nn.Conv2d(2, 3, kernel_size=2)).double()
+    with torch.no_grad():
+        net[0].weight.copy_(_with_spectrum(S1, 12, 8, 0))  # (12, 8): k = 8
+        net[2].weight.copy_(_with_spectrum(S2, 6, 12, 1))  # (6, 12): k = 6
+        net[3].weight.copy_(_with_spectrum(np.array([3.0, 2.0, 1.0]), 3, 8, 2).reshape(3, 2, 2, 2))
+    return net
+
+
+def test_known_spectra_give_known_entropies():
+    df = spectral_report(_module())
+    assert list(df["name"]) == ["0.weight", "2.weight", "3.weight"]
+    for row, s in zip(df.itertuples(), [S1, S2, np.array([3.0, 2.0, 1.0])]):
+        k = len(s)
+        for q in (1, 2):
+            for power in (1, 2):
+                tag = f"q{q}_p{power}"
+                H = _renyi(s, q, power)
+                assert getattr(row, f"H_{tag}") == pytest.approx(H, abs=ATOL64)
+                assert getattr(row, f"Hnorm_{tag}") == pytest.approx(H / math.log(k), abs=ATOL64)
+                assert getattr(row, f"erank_{tag}") == pytest.approx(math.exp(H), rel=ATOL64)
+                assert getattr(row, f"gap_logk_{tag}") == pytest.approx(math.log(k) - H, abs=ATOL64)
+                mf = math.log(k) - (1 - np.euler_gamma) if q == 1 else math.log(k / 2)  # eq-mean-field, q = 2
+                assert getattr(row, f"gap_mf_{tag}") == pytest.approx(H - mf, abs=ATOL64)
+                lam = row.k / max(row.m, row.n)
+                assert getattr(row, f"gauss_{tag}") == pytest.approx(math.log(k) + gaussian_entropy_limit(lam, q=q, power=power))
+        assert row.stable_rank == pytest.approx((s**2).sum() / s.max() ** 2, rel=ATOL64)
+
+
+def test_conv_flattened_and_vectors_skipped():
+    df = spectral_report(_module())
+    conv = df.set_index("name").loc["3.weight"]
+    assert conv["shape"] == (3, 2, 2, 2) and (conv["m"], conv["n"]) == (3, 8) and bool(conv["flattened"])
+    assert not df.set_index("name").loc["0.weight", "flattened"]
+    assert set(df.attrs["skipped"]) == {"0.bias", "3.bias"}
+    assert "1-D" in df.attrs["skipped"]["0.bias"]
+
+
+def test_orthogonal_is_maximal_and_invariances():
+    Q = torch.tensor(ortho_group.rvs(16, random_state=3))
+    df = spectral_report({"Q": Q, "Qs": 7.5 * Q.T, "Q32": Q.float()})
+    assert np.allclose(df["gap_logk_q1_p1"].iloc[:2], 0, atol=ATOL64)
+    assert np.allclose(df["gap_logk_q2_p2"].iloc[:2], 0, atol=ATOL64)
+    assert np.allclose(df["gap_logk_q1_p1"].iloc[2], 0, atol=ATOL32)
+    assert np.allclose(df["stable_rank"].iloc[:2], 16, rtol=ATOL64)
+
+
+def test_state_dict_safetensors_and_torch_file_agree(tmp_path):
+    net = _module()
+    ref = spectral_report(net)
+    sd = {k: v.detach().clone().contiguous() for k, v in net.state_dict().items()}
+    save_file(sd, tmp_path / "w.safetensors")
+    torch.save(sd, tmp_path / "w.pt")
+    for src in (sd, tmp_path / "w.safetensors", str(tmp_path / "w.pt")):
+        df = spectral_report(src)
+        pd.testing.assert_frame_equal(df.drop(columns="shape"), ref.drop(columns="shape"))
+
+
+def test_options_and_integer_buffers():
+    W = _with_spectrum(S1, 12, 8, 0)
+    df = spectral_report({"W": W, "ids": torch.arange(6).reshape(2, 3), "row": torch.ones(1, 5)}, q=0.5, power=2)
+    assert [c for c in df.columns if c.startswith("H_")] == ["H_q0.5_p2"]
+    assert df["H_q0.5_p2"].iloc[0] == pytest.approx(_renyi(S1, 0.5, 2), abs=ATOL64)
+    assert set(df.attrs["skipped"]) == {"ids", "row"}
+
+
+def test_input_not_mutated():
+    net = _module()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    spectral_report(net)
+    for k, v in net.state_dict().items():
+        assert torch.equal(v, before[k])
+
+
+def test_bad_inputs(tmp_path):
+    with pytest.raises(ValueError, match="no weight matrix"):
+        spectral_report(torch.nn.LayerNorm(4))
+    with pytest.raises(ValueError, match="no weight matrix"):
+        spectral_report({})
+    bad = torch.nn.Linear(4, 4)
+    with torch.no_grad():
+        bad.weight[1, 2] = float("nan")
+    with pytest.raises(ValueError, match=r"module Linear: parameter 'weight'.*1 NaN"):
+        spectral_report(bad)
+    with pytest.raises(FileNotFoundError, match="missing.safetensors"):
+        spectral_report(tmp_path / "missing.safetensors")
+    with pytest.raises(TypeError, match="entry 'w'"):
+        spectral_report({"w": [[1.0, 2.0], [3.0, 4.0]]})
+    with pytest.raises(TypeError, match="source must be"):
+        spectral_report(42)
+    with pytest.raises(ValueError, match="power"):
+        spectral_report({"w": torch.eye(3)}, power=0)
+    torch.save([torch.eye(3)], tmp_path / "list.pt")
+    with pytest.raises(TypeError, match="list.pt"):
+        spectral_report(tmp_path / "list.pt")
+
+
+def test_plot(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    df = spectral_report(_module())
+    ax = plot_spectral_report(df, q=1, power=2)
+    assert len(ax.lines) == 4
+    with pytest.raises(KeyError, match="H_q3_p1"):
+        plot_spectral_report(df, q=3)
