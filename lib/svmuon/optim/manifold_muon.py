@@ -69,7 +69,7 @@ class OrthogonalMuon(torch.optim.Optimizer):
 
     Args:
         params: iterable of tensors of shape ``(..., n, n)`` (float32 or float64, each matrix orthogonal,
-            e.g. from :meth:`Orthogonal.project`), or of param-group dicts.
+            e.g. from :meth:`svmuon.orthogonal.manifolds.Orthogonal.project`), or of param-group dicts.
         lr: spectral-norm step length η >= 0.
         momentum: ``mu`` in [0, 1). nesterov: Nesterov momentum (as ``torch.optim.Muon``).
         msign_method: ``"newton_schulz"`` (default) or ``"svd"`` (exact, float64-ready).

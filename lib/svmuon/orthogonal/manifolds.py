@@ -148,7 +148,8 @@ class Orthogonal:
             ``O``, shape ``(..., n, n)``, dtype and device of ``G`` (NumPy in, NumPy out).
 
         Raises:
-            TypeError / ValueError: non-float, non-square, empty, or non-finite ``G``.
+            TypeError: non-float ``G``.
+            ValueError: non-square, empty, or non-finite ``G``.
         """
         Wt, _ = _matrix(W, "W")
         Gt, was_numpy = _matrix(G, "G")
@@ -193,7 +194,8 @@ class Orthogonal:
             The new point, type, shape, dtype and device of ``W``.
 
         Raises:
-            TypeError / ValueError: bad matrices, ``eta`` negative, NaN or not a real number.
+            TypeError: non-float matrices, or ``eta`` not a real number.
+            ValueError: bad shapes or non-finite matrices, or ``eta`` negative or NaN.
         """
         Wt, was_numpy = _matrix(W, "W")
         Ot, _ = _matrix(O, "O")

@@ -93,8 +93,8 @@ def skew_msign_3x3() -> dict[str, Any]:
     parametrisation ``(2u, 2v, 1-u²-v²)/(1+u²+v²)``, so every residual is a rational function.
 
     Returns:
-        ``{"det", "projector": Π² - Π, "rank": rank Π - 2 (as an int), "range": OΠ - O,
-        "symmetric": Π - Πᵀ, "O": O}``; residuals are zero.
+        A dict with keys ``det``, ``projector`` (Π² - Π), ``rank`` (rank Π - 2, an int), ``range``
+        (OΠ - O), ``symmetric`` (Π - Πᵀ) and ``O``; every residual is zero.
     """
     O, _ = _unit_skew3()
     Pi = _cancel(O.T * O)

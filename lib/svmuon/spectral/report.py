@@ -64,9 +64,9 @@ def load_weights(source: Any) -> tuple[dict[str, Any], str]:
         The mapping (tensors are not copied) and a short label naming the source for error messages.
 
     Raises:
-        FileNotFoundError: the path does not exist. TypeError: an unsupported source, or a file whose
-        content is not a mapping of names to tensors. ValueError: a file torch cannot read with
-        ``weights_only=True`` (it would need to unpickle code).
+        FileNotFoundError: the path does not exist.
+        TypeError: an unsupported source, or a file whose content is not a mapping of names to tensors.
+        ValueError: a file torch cannot read with ``weights_only=True`` (it would need to unpickle code).
     """
     if isinstance(source, torch.nn.Module):
         return dict(source.named_parameters()), f"module {type(source).__name__}"

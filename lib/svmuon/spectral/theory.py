@@ -188,7 +188,7 @@ def delta_method_variance(n: Any, q: Any = 1.0) -> float | np.ndarray:
 
     Var[H_q] ≈ [Γ(2q+1) / ((q-1)² Γ(q+1)²) - (q²+1)/(q-1)²] / n (book equation ``eq-delta-variance``),
     from linearising H_q in u = mean(x), v = mean(x^q) with x_i ~ Exp(1). The removable singularity at
-    q = 1 is evaluated by a power series for |q - 1| < 0.05, so the function is smooth through the
+    q = 1 is evaluated by a power series for ``|q - 1| < 0.05``, so the function is smooth through the
     Shannon value (π²/3 - 3)/n; at q = 2 it is 1/n; at q = 0 it is 0 (H_0 = log n is constant). It is the
     leading term only: asymptotic in n, and poor for large q (the factor grows like 4^q / sqrt(π q)); it is
     +inf at q = inf and where Γ(2q+1)/Γ(q+1)² overflows (q ≳ 510).
