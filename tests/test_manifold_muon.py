@@ -180,3 +180,12 @@ def test_cuda_bf16_fast_path():
         W.grad = torch.randn(W.shape, device="cuda", generator=gen)
         opt.step()
     assert float(M.orthogonality_error(W.detach()).max()) <= 1e-5
+
+
+@pytest.mark.parametrize("override", [{"lr": float("nan")}, {"momentum": 2.0}, {"atol": 100.0},
+                                      {"nan_policy": "ignore"}, {"polar_every": -1}])
+def test_param_group_options_are_checked(override):
+    """Per-group options get the constructor's checks; a huge atol would admit a non-orthogonal start."""
+    W = torch.nn.Parameter(torch.linalg.qr(torch.randn(4, 4, dtype=torch.float64))[0])
+    with pytest.raises((TypeError, ValueError)):
+        OrthogonalMuon([{"params": [W], **override}], lr=0.01)

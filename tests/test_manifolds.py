@@ -118,3 +118,39 @@ def test_orthogonal_options():
         Orthogonal(msign_method="qr")
     with pytest.raises(ValueError, match="newton_schulz"):
         Orthogonal(ns_steps=3)
+
+
+def test_bad_input_regressions(gen):
+    # reviewer probe: NaN inputs, huge/str eta and mismatched shapes used to give NaN or raw torch errors
+    W = _random_orthogonal(4, gen)
+    O = M.skew_direction(W, torch.randn(4, 4, generator=gen, dtype=torch.float64))
+    nan = torch.full((4, 4), float("nan"), dtype=torch.float64)
+    W_before = W.clone()
+    with pytest.raises(ValueError, match="W must be finite"):
+        M.retract(nan, O, 0.1)
+    with pytest.raises(ValueError, match="O must be finite"):
+        M.retract(W, nan, 0.1)
+    with pytest.raises(TypeError, match="eta"):
+        M.retract(W, O, "a")
+    for bad in (float("inf"), 10**400):
+        with pytest.raises(ValueError, match="eta"):
+            M.retract(W, O, bad)
+    with pytest.raises(ValueError, match="same matrix size"):
+        M.retract(W, O[:3, :3], 0.1)
+    with pytest.raises(ValueError, match="batch dimensions"):
+        M.retract(W, O.expand(2, 4, 4), 0.1)
+    with pytest.raises(ValueError, match="non-finite result"):
+        M.retract(W, 1e200 * O, 1.0)
+    assert torch.equal(W, W_before)
+    # huge eta: finite and orthogonal, tending to -WO (O is a full-rank partial isometry for even n)
+    W_big = M.retract(W, O, 1e200)
+    assert float(M.orthogonality_error(W_big)) <= 1e-13
+    torch.testing.assert_close(W_big, -W @ O, rtol=0, atol=1e-12)
+    # a batched W with one shared O broadcasts
+    torch.testing.assert_close(M.retract(torch.stack([W, W]), O, 0.3)[1], M.retract(W, O, 0.3))
+    with pytest.raises(ValueError, match="Z must be finite"):
+        M.project_tangent(W, nan)
+    with pytest.raises(ValueError, match="W must be finite"):
+        M.polar_correction(nan)
+    with pytest.raises(ValueError, match="W must be finite"):
+        M.skew_direction(nan, O)

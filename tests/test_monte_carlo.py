@@ -114,9 +114,38 @@ def test_torch_backend_agrees_statistically(gen):
 
 def test_degenerate_cases(gen):
     one = entropy_statistics(1, 1.0, 100, generator=gen)
-    assert one.mean == 0.0 and one.variance == 0.0 and math.isnan(one.skewness)
+    assert one.mean == 0.0 and one.variance == 0.0
     zero = entropy_statistics(5, 0.0, 100, generator=gen)
     assert zero.mean == pytest.approx(math.log(5), rel=1e-15) and zero.variance == 0.0
+    # regression: a point mass used to report skewness = nan; documented convention is 0.0 (no NaN anywhere)
+    for st in (one, zero):
+        assert (st.skewness, st.excess_kurtosis, st.skewness_stderr, st.variance_stderr) == (0.0, 0.0, 0.0, 0.0)
+
+
+def test_huge_q_is_the_min_entropy_without_warnings():
+    # regression: q = 1e300 leaked "RuntimeWarning: overflow encountered in cast" from the float32 kernel
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a = entropy_statistics(20, 1e300, 500, generator=torch.Generator().manual_seed(3))
+        b = entropy_statistics(20, math.inf, 500, generator=torch.Generator().manual_seed(3))
+        x = np.random.default_rng(0).standard_exponential((4, 9), dtype=np.float32)
+        h_np = entropies_from_exponentials(x, 1e300)
+        h_t = entropies_from_exponentials(torch.from_numpy(x), 1e300)
+    assert a.q == 1e300 and a.mean == b.mean and a.variance == b.variance
+    np.testing.assert_array_equal(h_np, entropies_from_exponentials(x, math.inf))
+    torch.testing.assert_close(h_t, entropies_from_exponentials(torch.from_numpy(x), math.inf), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "hist_range,exc",
+    [(("a", "b"), TypeError), ((1,), ValueError), ("ab", ValueError), ((0.0, math.nan), ValueError),
+     ((-1e308, 1e308), ValueError)],
+)
+def test_bad_hist_range_names_it(hist_range, exc):
+    with pytest.raises(exc, match="hist_range"):
+        entropy_statistics(8, 1.0, 10, hist_range=hist_range)
 
 
 def test_memory_is_bounded_by_the_chunk(gen):

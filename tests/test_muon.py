@@ -200,3 +200,23 @@ def test_named_schedule_and_adjust_lr():
     opt.step()
     sv = torch.linalg.svdvals(p.detach())  # converged msign, times sqrt(5/3): every singular value equal
     torch.testing.assert_close(sv, torch.full((3,), math.sqrt(5 / 3)), rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("override", [{"lr": float("nan")}, {"lr": "a"}, {"momentum": 2.0}, {"weight_decay": -1.0},
+                                      {"ns_steps": 0}, {"eps": float("inf")}])
+def test_param_group_options_are_checked(override):
+    """Per-group options get the same checks as the constructor's (a NaN lr would silently NaN the weights)."""
+    W = torch.nn.Parameter(torch.randn(4, 3))
+    with pytest.raises((TypeError, ValueError)):
+        Muon([{"params": [W], **override}], lr=0.01)
+    opt = Muon([W], lr=0.01)
+    with pytest.raises((TypeError, ValueError)):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.randn(4, 3))], **override})
+    assert len(opt.param_groups) == 1
+
+
+@pytest.mark.parametrize("bad", [torch.zeros(3, 3, dtype=torch.int64), torch.zeros(3, 3, dtype=torch.complex64),
+                                 torch.zeros(0, 3)])
+def test_bad_parameters_are_refused_at_construction(bad):
+    with pytest.raises((TypeError, ValueError), match="parameter 0"):
+        Muon([bad], lr=0.01)

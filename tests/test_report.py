@@ -148,3 +148,24 @@ def test_plot(tmp_path):
     assert len(ax.lines) == 4
     with pytest.raises(KeyError, match="H_q3_p1"):
         plot_spectral_report(df, q=3)
+
+
+def test_bad_input_regressions():
+    # reviewer probe: an empty matrix hit reshape's RuntimeError, power=1e300 an OverflowError deep in the
+    # Gaussian reference, q=None "'NoneType' object is not iterable"
+    w = {"w": torch.eye(3)}
+    for empty in (torch.empty(0, 3), torch.empty(3, 0), torch.empty(2, 0, 3)):
+        with pytest.raises(ValueError, match="parameter 'w' is an empty matrix"):
+            spectral_report({"w": empty})
+    with pytest.raises(ValueError, match="power must be at most"):
+        spectral_report(w, power=1e300)
+    with pytest.raises(ValueError, match=r"q·power must be at most.*q=1001"):
+        spectral_report(w, q=1001, power=1)
+    with pytest.raises(ValueError, match="q must hold finite"):
+        spectral_report(w, q=10**400)
+    for bad in (None, "ab", [1, "a"], {1: 2}):
+        with pytest.raises(TypeError, match="q must be a real number or a sequence"):
+            spectral_report(w, q=bad)
+    with pytest.raises(TypeError, match="power must be a real number or a sequence"):
+        spectral_report(w, power=None)
+    assert spectral_report(w, q=np.array([1.0, 2.0]), power=2).shape[0] == 1  # arrays are sequences of numbers

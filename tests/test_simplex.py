@@ -116,3 +116,16 @@ def test_cuda_device_and_generator():
     assert q.device.type == "cuda"
     cpu = sample_simplex(4, 10, generator=torch.Generator().manual_seed(3), device="cuda")
     assert cpu.device.type == "cuda"
+
+
+@pytest.mark.parametrize("device", ["foo", 3.5, "cpu:x"])
+def test_bad_device_is_a_value_error_naming_device(device):
+    # regression: device='foo' raised torch's raw RuntimeError
+    with pytest.raises(ValueError, match="device"):
+        sample_simplex(3, 2, device=device)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error for a machine without CUDA")
+def test_unavailable_cuda_device_is_a_value_error():
+    with pytest.raises(ValueError, match="device"):
+        sample_simplex(3, 2, device="cuda:0")

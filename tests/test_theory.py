@@ -131,3 +131,26 @@ def test_broadcasting_and_return_types():
 def test_bad_input_raises(call, exc):
     with pytest.raises(exc, match="n|q"):
         call()
+
+
+def test_huge_q_and_n_regressions():
+    # reviewer probe: q = 1e308 gave nan plus RuntimeWarnings; 10**400 raised OverflowError
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert T.delta_method_variance(5, 1e308) == math.inf  # the factor's limit (as at q = inf)
+        assert T.delta_method_variance(5, [550.0, 1e20]).tolist() == [math.inf, math.inf]
+        assert T.expected_power_sum(5, 1e308) == 0.0
+        assert T.expected_power_sum(5, 1e20) == pytest.approx(120 / 1e80, rel=1e-12)  # n!/q^(n-1) asymptotically
+        assert T.expected_power_sum(1e300, 1e308) == 0.0
+        assert T.expected_power_sum(1, 1e308) == 1.0
+        assert T.expected_power_sum(5, 0) == 5.0
+    with pytest.raises(ValueError, match="n must"):
+        T.mean_field_entropy(10**400)
+
+
+def test_mean_field_huge_q_is_finite():
+    # regression: gammaln(q + 1) overflowed to inf for q ~ 1e308, giving -inf instead of log n - (log q - 1)
+    assert T.mean_field_entropy(5, 1e308) == pytest.approx(math.log(5) - (math.log(1e308) - 1), rel=1e-12)
+    assert T.mean_field_entropy(5, 1e20) == pytest.approx(math.log(5) - 1e20 * (math.log(1e20) - 1) / (1e20 - 1), rel=1e-12)

@@ -25,7 +25,7 @@ def dispatch(package: ModuleType, kind: str, argv: list[str] | None = None) -> i
         print(f"usage: python -m {package.__name__} NAME [options]   (NAME --help for its options)")
         print(f"{kind}s:", ", ".join(names))
         return 0 if argv else 2
-    name, rest = argv[0], argv[1:]
+    name, rest = argv[0].replace("_", "-"), argv[1:]  # monte_carlo and monte-carlo both work
     if name not in names:
         print(f"unknown {kind} {name!r}; choose one of: {', '.join(names)}", file=sys.stderr)
         return 2

@@ -5,5 +5,11 @@ import sys
 import svmuon.experiments
 from svmuon._cli import dispatch
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the experiment named by ``argv[0]`` with the remaining arguments; see ``--help``."""
+    return dispatch(svmuon.experiments, "experiment", argv)
+
+
 if __name__ == "__main__":
-    sys.exit(dispatch(svmuon.experiments, "experiment"))
+    sys.exit(main())

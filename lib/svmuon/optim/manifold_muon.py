@@ -47,6 +47,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from svmuon.optim._checks import check_hyper
+from svmuon.optim._distributed import all_finite, shard_like, whole
 from svmuon.orthogonal.coefficients import resolve_coefficients
 from svmuon.orthogonal.manifolds import Orthogonal, _polar_correction, _retract, _skew
 from svmuon.orthogonal.msign import msign
@@ -56,12 +58,26 @@ __all__ = ["OrthogonalMuon"]
 _NAN_POLICIES = ("raise", "skip")
 
 
-def _check_hyper(name: str, value: Any, *, upper: float = math.inf) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    if math.isnan(value) or not (0.0 <= value < upper):
-        raise ValueError(f"{name} must lie in [0, {upper}), got {value}")
-    return float(value)
+def _check_options(o: dict[str, Any]) -> None:
+    """Check one param group's options (constructor defaults merged with the group's own)."""
+    check_hyper("lr", o["lr"])
+    check_hyper("momentum", o["momentum"], upper=1.0)
+    if o["msign_method"] not in ("svd", "newton_schulz"):
+        raise ValueError(f"msign_method must be 'svd' or 'newton_schulz', got {o['msign_method']!r}")
+    if o["msign_method"] == "newton_schulz":
+        resolve_coefficients(o["ns_coefficients"], 1)  # raises on a bad schedule
+    ns_steps, polar_every, compute_dtype = o["ns_steps"], o["polar_every"], o["compute_dtype"]
+    if ns_steps is not None and (isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1):
+        raise ValueError(f"ns_steps must be None or an integer >= 1, got {ns_steps!r}")
+    if isinstance(polar_every, bool) or not isinstance(polar_every, int) or polar_every < 0:
+        raise ValueError(f"polar_every must be an integer >= 0, got {polar_every!r}")
+    if o["nan_policy"] not in _NAN_POLICIES:
+        raise ValueError(f"nan_policy must be one of {_NAN_POLICIES}, got {o['nan_policy']!r}")
+    if o["atol"] is not None:
+        # a start point off the group by 1e-2 or more is not orthogonal in any useful sense
+        check_hyper("atol", o["atol"], upper=1e-2)
+    if compute_dtype is not None and not (isinstance(compute_dtype, torch.dtype) and compute_dtype.is_floating_point):
+        raise TypeError(f"compute_dtype must be None or a floating torch.dtype, got {compute_dtype!r}")
 
 
 class OrthogonalMuon(torch.optim.Optimizer):
@@ -96,25 +112,10 @@ class OrthogonalMuon(torch.optim.Optimizer):
                  nesterov: bool = True, msign_method: str = "newton_schulz", ns_steps: int | None = None,
                  ns_coefficients: Any = None, compute_dtype: torch.dtype | None = None,
                  polar_every: int = 1, nan_policy: str = "raise", atol: float | None = None) -> None:
-        _check_hyper("lr", lr)
-        _check_hyper("momentum", momentum, upper=1.0)
-        if msign_method not in ("svd", "newton_schulz"):
-            raise ValueError(f"msign_method must be 'svd' or 'newton_schulz', got {msign_method!r}")
-        if msign_method == "newton_schulz":
-            ns_coefficients = "polar_express" if ns_coefficients is None else ns_coefficients
-            resolve_coefficients(ns_coefficients, 1)  # raises on a bad schedule
-        elif ns_steps is not None or ns_coefficients is not None or compute_dtype is not None:
+        if msign_method == "newton_schulz" and ns_coefficients is None:
+            ns_coefficients = "polar_express"
+        if msign_method == "svd" and (ns_steps is not None or ns_coefficients is not None or compute_dtype is not None):
             raise ValueError("ns_steps, ns_coefficients and compute_dtype apply to msign_method='newton_schulz' only")
-        if ns_steps is not None and (isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1):
-            raise ValueError(f"ns_steps must be None or an integer >= 1, got {ns_steps!r}")
-        if isinstance(polar_every, bool) or not isinstance(polar_every, int) or polar_every < 0:
-            raise ValueError(f"polar_every must be an integer >= 0, got {polar_every!r}")
-        if nan_policy not in _NAN_POLICIES:
-            raise ValueError(f"nan_policy must be one of {_NAN_POLICIES}, got {nan_policy!r}")
-        if atol is not None:
-            _check_hyper("atol", atol)
-        if compute_dtype is not None and not (isinstance(compute_dtype, torch.dtype) and compute_dtype.is_floating_point):
-            raise TypeError(f"compute_dtype must be None or a floating torch.dtype, got {compute_dtype!r}")
         self.skipped_steps = 0
         defaults = dict(lr=lr, momentum=momentum, nesterov=bool(nesterov), msign_method=msign_method,
                         ns_steps=ns_steps, ns_coefficients=ns_coefficients, compute_dtype=compute_dtype,
@@ -123,9 +124,11 @@ class OrthogonalMuon(torch.optim.Optimizer):
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Add a group after checking that every parameter is a square orthogonal float32/float64 matrix."""
+        options = {**self.defaults, **param_group}
+        _check_options(options)
         params = param_group["params"]
         params = [params] if isinstance(params, torch.Tensor) else list(params)
-        atol = param_group.get("atol", self.defaults.get("atol"))
+        atol = options["atol"]
         for i, p in enumerate(params):
             _check_start(p, i, atol)
         super().add_param_group({**param_group, "params": params})
@@ -138,7 +141,7 @@ class OrthogonalMuon(torch.optim.Optimizer):
                     continue
                 if g.is_sparse or g.is_complex():
                     raise TypeError("OrthogonalMuon does not support sparse or complex gradients")
-                if not bool(torch.isfinite(g).all()):
+                if not all_finite(g):  # all shards, same answer on every rank
                     if group["nan_policy"] == "skip":
                         return False
                     raise ValueError(f"gradient of a parameter of shape {tuple(p.shape)} holds NaN or Inf; "
@@ -177,14 +180,14 @@ class OrthogonalMuon(torch.optim.Optimizer):
             key = (tuple(p.shape), p.dtype, p.device, state["step"] % max(group["polar_every"], 1) == 0)
             batches[key].append((p, U))
         for (_, _, _, correct), items in batches.items():
-            W = torch.stack([p for p, _ in items])
-            U = torch.stack([u for _, u in items]).to(W.dtype)
+            W = torch.stack([whole(p) for p, _ in items])  # FSDP2/DTensor shards gathered whole (_distributed)
+            U = torch.stack([whole(u) for _, u in items]).to(W.dtype)
             O = self._direction(W, U, group)
             W_new = _retract(W, O, group["lr"])  # eq-orth-retraction
             if correct and group["polar_every"] > 0:
                 W_new = _polar_correction(W_new)
             for (p, _), w in zip(items, W_new.unbind(0)):
-                p.copy_(w)
+                p.copy_(shard_like(w, p))
 
     @staticmethod
     def _direction(W: torch.Tensor, U: torch.Tensor, group: dict[str, Any]) -> torch.Tensor:
@@ -209,6 +212,6 @@ def _check_start(p: torch.Tensor, i: int, atol: float | None) -> None:
         raise ValueError(f"OrthogonalMuon needs square matrices (..., n, n); parameter {i} has shape "
                          f"{tuple(p.shape)}{hint}")
     tol = math.sqrt(torch.finfo(p.dtype).eps) if atol is None else atol
-    err = Orthogonal().orthogonality_error(p.detach()).max()
+    err = Orthogonal().orthogonality_error(whole(p.detach())).max()
     if not bool(err <= tol):  # also catches NaN
         raise ValueError(f"parameter {i} is not orthogonal: max|WᵀW - I| = {float(err):.3g} > atol = {tol:.3g}{hint}")

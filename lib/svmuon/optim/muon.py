@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from svmuon.optim._checks import check_hyper, check_param
 from svmuon.optim._distributed import all_finite, apply_whole, is_dtensor
 from svmuon.orthogonal.coefficients import resolve_coefficients
 from svmuon.orthogonal.msign import msign
@@ -65,12 +66,21 @@ def adjust_lr(lr: float, adjust_lr_fn: str | None, shape: tuple[int, ...]) -> fl
     raise ValueError(f"adjust_lr_fn must be None, 'original' or 'match_rms_adamw', got {adjust_lr_fn!r}")
 
 
-def _check_hyper(name: str, value: Any, *, upper: float = math.inf) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    if not (0.0 <= value < upper) or math.isnan(value):
-        raise ValueError(f"{name} must lie in [0, {upper}), got {value}")
-    return float(value)
+def _check_options(o: dict[str, Any]) -> None:
+    """Check one param group's options (constructor defaults merged with the group's own)."""
+    lr, weight_decay, momentum, eps = o["lr"], o["weight_decay"], o["momentum"], o["eps"]
+    ns_steps, ns_coefficients, adjust_lr_fn, compute_dtype = (
+        o["ns_steps"], o["ns_coefficients"], o["adjust_lr_fn"], o["compute_dtype"])
+    check_hyper("lr", lr)
+    check_hyper("weight_decay", weight_decay)
+    check_hyper("momentum", momentum, upper=1.0)
+    check_hyper("eps", eps)
+    if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1:
+        raise ValueError(f"ns_steps must be an integer >= 1, got {ns_steps!r}")
+    resolve_coefficients(ns_coefficients, 1)  # raises on a bad schedule
+    adjust_lr(1.0, adjust_lr_fn, (1, 1))  # raises on an unknown rule
+    if compute_dtype is not None and not (isinstance(compute_dtype, torch.dtype) and compute_dtype.is_floating_point):
+        raise TypeError(f"compute_dtype must be None or a floating torch.dtype, got {compute_dtype!r}")
 
 
 class Muon(torch.optim.Optimizer):
@@ -113,26 +123,18 @@ class Muon(torch.optim.Optimizer):
         adjust_lr_fn: str | None = None,
         compute_dtype: torch.dtype | None = None,
     ) -> None:
-        _check_hyper("lr", lr)
-        _check_hyper("weight_decay", weight_decay)
-        _check_hyper("momentum", momentum, upper=1.0)
-        _check_hyper("eps", eps)
-        if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1:
-            raise ValueError(f"ns_steps must be an integer >= 1, got {ns_steps!r}")
-        resolve_coefficients(ns_coefficients, 1)  # raises on a bad schedule
-        adjust_lr(1.0, adjust_lr_fn, (1, 1))  # raises on an unknown rule
-        if compute_dtype is not None and not (isinstance(compute_dtype, torch.dtype) and compute_dtype.is_floating_point):
-            raise TypeError(f"compute_dtype must be None or a floating torch.dtype, got {compute_dtype!r}")
         defaults = dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=bool(nesterov),
                         ns_coefficients=ns_coefficients, eps=eps, ns_steps=ns_steps,
                         adjust_lr_fn=adjust_lr_fn, compute_dtype=compute_dtype)
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """Add a group after checking that every parameter is a 2-D matrix."""
+        """Add a group after checking its hyperparameters and that every parameter is a 2-D matrix."""
+        _check_options({**self.defaults, **param_group})
         params = param_group["params"]
         params = [params] if isinstance(params, torch.Tensor) else list(params)
         for i, p in enumerate(params):
+            check_param(p, i, "Muon")
             if p.ndim != 2:
                 raise ValueError(
                     f"Muon optimises 2-D matrices only; parameter {i} of this group has shape {tuple(p.shape)}. "

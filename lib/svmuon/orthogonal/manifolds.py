@@ -3,12 +3,12 @@
 A point is a square matrix with ``WᵀW = I``. The tangent space at ``W`` is ``{W Ω : Ω skew}`` because
 differentiating ``WᵀW = I`` gives ``WᵀΔ + ΔᵀW = 0`` (absil2008optimization, edelman1998geometry).
 Steepest descent under the spectral norm restricted to that tangent space has the closed form
-(su2025orthogonal; the book's {eq}`eq-orth-direction`)::
+(su2025orthogonal; the book's equation ``eq-orth-direction``)::
 
     Φ = W msign([WᵀG]_skew),
 
 and the step ``W - ηΦ = W(I - ηO)``, ``O = msign([WᵀG]_skew)``, is pulled back onto the group by the
-closed-form retraction {eq}`eq-orth-retraction`::
+closed-form retraction (book equation ``eq-orth-retraction``)::
 
     W ← W (I - ηO) (I - OᵀO + OᵀO / √(1 + η²)),
 
@@ -19,6 +19,7 @@ is singular). Everything here is a pure function of its inputs: no optimizer sta
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import torch
@@ -33,6 +34,18 @@ def _matrix(x: Any, name: str, *, square: bool = True) -> tuple[torch.Tensor, bo
     check_float(T, name)
     check_matrix(T, name, square=square)
     return T, was_numpy
+
+
+def _check_pair(A: torch.Tensor, a: str, B: torch.Tensor, b: str) -> None:
+    """Raise ``ValueError`` unless ``A`` and ``B`` have the same n and broadcastable batch dimensions."""
+    if A.shape[-1] != B.shape[-1]:
+        raise ValueError(f"{a} and {b} must have the same matrix size n, got {a} of shape {tuple(A.shape)} and "
+                         f"{b} of shape {tuple(B.shape)}")
+    try:
+        torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"the batch dimensions of {a} {tuple(A.shape)} and {b} {tuple(B.shape)} are not "
+                         f"broadcastable") from None
 
 
 def sym(M: Any) -> Any:
@@ -127,9 +140,16 @@ class Orthogonal:
 
         Returns:
             Tangent vector ``Δ`` with ``WᵀΔ + ΔᵀW = 0``, the type, dtype and device of ``Z``.
+
+        Raises:
+            TypeError: non-float ``W`` or ``Z``.
+            ValueError: non-square, empty, non-finite or shape-mismatched ``W`` or ``Z``.
         """
         Wt, _ = _matrix(W, "W")
         Zt, was_numpy = _matrix(Z, "Z")
+        check_finite(Wt, "W")
+        check_finite(Zt, "Z")
+        _check_pair(Wt, "W", Zt, "Z")
         out = Wt @ _skew(Wt.mT @ Zt)
         return out.numpy() if was_numpy else out
 
@@ -137,7 +157,7 @@ class Orthogonal:
     def skew_direction(self, W: Any, G: Any) -> Any:
         """``O = msign([WᵀG]_skew)``, the factor with ``Φ = W O`` (eq-orth-direction); exactly skew.
 
-        msign maps skew matrices to skew matrices (the book's {prf:ref}`thm-skew-msign`); the returned
+        msign maps skew matrices to skew matrices (the book's theorem ``thm-skew-msign``); the returned
         matrix is re-projected with ``[·]_skew`` so that rounding (or a bf16 Newton–Schulz) cannot leave a
         symmetric residue, which would move ``W`` off the group at first order in η.
 
@@ -148,12 +168,14 @@ class Orthogonal:
             ``O``, shape ``(..., n, n)``, dtype and device of ``G`` (NumPy in, NumPy out).
 
         Raises:
-            TypeError: non-float ``G``.
-            ValueError: non-square, empty, or non-finite ``G``.
+            TypeError: non-float ``W`` or ``G``.
+            ValueError: non-square, empty, non-finite or shape-mismatched ``W`` or ``G``.
         """
         Wt, _ = _matrix(W, "W")
         Gt, was_numpy = _matrix(G, "G")
+        check_finite(Wt, "W")
         check_finite(Gt, "G")
+        _check_pair(Wt, "W", Gt, "G")
         O = _skew(self._msign(_skew(Wt.mT @ Gt)).to(Gt.dtype))
         return O.numpy() if was_numpy else O
 
@@ -195,13 +217,30 @@ class Orthogonal:
 
         Raises:
             TypeError: non-float matrices, or ``eta`` not a real number.
-            ValueError: bad shapes or non-finite matrices, or ``eta`` negative or NaN.
+            ValueError: bad shapes (``O`` must have the ``n`` of ``W`` and a batch broadcastable to that of
+                ``W``), non-finite matrices, ``eta`` negative, NaN, infinite or too large for float64, or a
+                non-finite result (e.g. an ``O`` so large that ``OᵀO`` overflows).
         """
         Wt, was_numpy = _matrix(W, "W")
         Ot, _ = _matrix(O, "O")
-        if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not math.isfinite(eta) or eta < 0:
+        if isinstance(eta, bool) or not isinstance(eta, numbers.Real):
+            raise TypeError(f"eta must be a real number >= 0, got {type(eta).__name__}")
+        try:
+            eta_f = float(eta)
+        except OverflowError:
+            raise ValueError("eta must be a finite real number >= 0, got an integer beyond the float64 range") from None
+        if not math.isfinite(eta_f) or eta_f < 0:
             raise ValueError(f"eta must be a finite real number >= 0, got {eta!r}")
-        out = _retract(Wt, Ot.to(Wt.dtype), float(eta))
+        check_finite(Wt, "W")
+        check_finite(Ot, "O")
+        _check_pair(Wt, "W", Ot, "O")
+        if torch.broadcast_shapes(Wt.shape, Ot.shape) != Wt.shape:
+            raise ValueError(f"the batch dimensions of O {tuple(Ot.shape)} must broadcast to those of W "
+                             f"{tuple(Wt.shape)} (the result has the shape of W)")
+        out = _retract(Wt, Ot.to(Wt.dtype).expand_as(Wt), eta_f)
+        if not bool(torch.isfinite(out).all()):
+            raise ValueError(f"retract produced a non-finite result for eta={eta!r} in {Wt.dtype}; "
+                             "W must be orthogonal and O a (partial-isometry) skew matrix of modest size")
         return out.numpy() if was_numpy else out
 
     # -- points ---------------------------------------------------------------------------------------------
@@ -247,8 +286,12 @@ class Orthogonal:
         """One Björck–Newton–Schulz step ``W(3I - WᵀW)/2`` toward the polar factor (bjorck1971iterative).
 
         Cheap drift control: two matmuls; if ``‖WᵀW - I‖ = ε`` before, it is ``≈ 3ε²/4`` after.
+
+        Raises:
+            TypeError: non-float ``W``. ValueError: non-square, empty or non-finite ``W``.
         """
         Wt, was_numpy = _matrix(W, "W")
+        check_finite(Wt, "W")
         out = _polar_correction(Wt)
         return out.numpy() if was_numpy else out
 
@@ -256,8 +299,9 @@ class Orthogonal:
 def _retract(W: torch.Tensor, O: torch.Tensor, eta: float) -> torch.Tensor:
     """eq-orth-retraction as ``W + W(-ηsO + (s-1)OᵀO)``, O re-projected to skew (see Orthogonal.retract)."""
     O = _skew(O)
-    r = math.sqrt(1.0 + eta * eta)
-    s, c = 1.0 / r, -eta * eta / (r * (1.0 + r))  # c = s - 1 without cancellation for small eta
+    r = math.hypot(1.0, eta)  # sqrt(1 + η²) without overflowing η² for huge η
+    s = 1.0 / r
+    c = -(eta / r) * (eta / (1.0 + r))  # c = s - 1 = -η²/(r(1+r)) without cancellation (small η) or overflow
     if W.ndim == 2:
         step = torch.addmm(O, O.mT, O, beta=-eta * s, alpha=c)  # (s-1)OᵀO - ηsO
         return torch.addmm(W, W, step)

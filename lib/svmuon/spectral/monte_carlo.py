@@ -22,6 +22,7 @@ Per-sample rounding error of the float32 kernel is below 1e-6 nats (tested again
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ _ORDER = 6  # central sums kept: 2..6 (the skewness standard error needs the 6th
 _BLOCK_ELEMENTS = 1 << 18  # coordinates per NumPy work block (1 MiB of float32): cache-sized
 _PROGRESS_WORK = 2e10  # samples × n above which the progress bar is on by default (about a minute)
 _LOG_SERIES = 0.1  # |q - 1| below which H_q uses the expm1/log1p form (no cancellation near q = 1)
+_Q_AS_INF = 1e17  # above this q, H_q = H_inf + (H_inf - log #argmax)/(q-1) equals H_inf to float64 rounding
+# (|H_inf| <= log n < 50): the q = inf kernel is used, so q^... never overflows a float32 cast
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,9 @@ class EntropyStatistics:
     Attributes:
         n, q, samples: What was sampled.
         mean, variance, skewness, excess_kurtosis: Sample mean, unbiased variance, moment skewness
-            g1 = m3 / m2^{3/2} and m4 / m2² - 3. The skewness and kurtosis are NaN when the variance is 0
-            (n = 1, or q = 0 where H_0 = log n), where they are undefined.
+            g1 = m3 / m2^{3/2} and m4 / m2² - 3. For a point mass (variance 0: n = 1, or q = 0 where
+            H_0 = log n, so every sample has the same entropy) both are 0/0; they are then reported as 0.0
+            by convention (a point mass is symmetric), never NaN, and ``skewness_stderr`` is 0.0 too.
         mean_stderr, variance_stderr, skewness_stderr: Asymptotic (delta-method) standard errors from the
             sample central moments up to order 2, 4 and 6.
         edges, counts: Histogram, ``edges`` of shape ``(bins + 1,)``, ``counts`` of shape ``(bins,)``
@@ -101,7 +105,7 @@ def _np_entropies(x: np.ndarray, q: float) -> np.ndarray:
     np.maximum(x, np.finfo(x.dtype).tiny, out=x)  # a float32 ziggurat draw can be exactly 0; x log x -> 0
     S = x.sum(axis=1, dtype=np.float64)
     logS = np.log(S)
-    if math.isinf(q):
+    if q > _Q_AS_INF:  # includes inf; np.float32(q) would overflow (with a RuntimeWarning) beyond 3.4e38
         return logS - np.log(x.max(axis=1).astype(np.float64))
     y = np.empty_like(x)
     if q == 1:
@@ -136,7 +140,7 @@ def _torch_entropies(x: torch.Tensor, q: float) -> torch.Tensor:
     x.clamp_min_(torch.finfo(x.dtype).tiny)
     S = x.sum(dim=1, dtype=torch.float64)
     logS = S.log()
-    if math.isinf(q):
+    if q > _Q_AS_INF:  # includes inf; see _np_entropies
         return logS - x.amax(dim=1).double().log()
     if q == 1:
         return logS - torch.special.xlogy(x, x).sum(dim=1, dtype=torch.float64) / S
@@ -228,8 +232,8 @@ def _summary(count: int, M: np.ndarray) -> dict[str, float]:
     variance = float(M[0]) / (count - 1)
     out = {"variance": variance, "mean_stderr": math.sqrt(variance / count)}
     out["variance_stderr"] = math.sqrt(max(mu[4] - m2**2, 0.0) / count)
-    if m2 <= 0:
-        return {**out, "skewness": math.nan, "excess_kurtosis": math.nan, "skewness_stderr": math.nan}
+    if m2 <= 0:  # a point mass: every sample equal; documented convention in EntropyStatistics
+        return {**out, "skewness": 0.0, "excess_kurtosis": 0.0, "skewness_stderr": 0.0}
     c22 = mu[4] - m2**2
     c23 = mu[5] - 4 * m2 * mu[3]
     c33 = mu[6] - mu[3] ** 2 - 6 * m2 * mu[4] + 9 * m2**3
@@ -302,9 +306,16 @@ def _check_options(generator, device, dtype, backend, chunk_size, memory_budget,
     check_int(memory_budget, "memory_budget", minimum=1 << 20)
     check_int(bins, "bins")
     if hist_range is not None:
-        lo, hi = (float(v) for v in hist_range)
-        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-            raise ValueError(f"hist_range must be (lo, hi) with finite lo < hi, got {hist_range!r}")
+        if isinstance(hist_range, (str, bytes)) or not hasattr(hist_range, "__len__") or len(hist_range) != 2:
+            raise ValueError(f"hist_range must be a pair (lo, hi) of finite real numbers, got {hist_range!r}")
+        if any(isinstance(v, bool) or not isinstance(v, numbers.Real) for v in hist_range):
+            raise TypeError(f"hist_range must be a pair (lo, hi) of finite real numbers, got {hist_range!r}")
+        try:
+            lo, hi = (float(v) for v in hist_range)
+        except OverflowError:
+            raise ValueError(f"hist_range must be (lo, hi) with finite lo < hi, got {hist_range!r}") from None
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi and math.isfinite(hi - lo)):
+            raise ValueError(f"hist_range must be (lo, hi) with finite lo < hi (and hi - lo finite), got {hist_range!r}")
     if progress is not None and not isinstance(progress, bool):
         raise TypeError(f"progress must be True, False or None, got {type(progress).__name__}")
     return device, ("numpy" if device.type == "cpu" else "torch") if backend == "auto" else backend
@@ -373,7 +384,7 @@ def entropy_statistics(
 
     Raises:
         TypeError: For a non-integer ``n``/``samples``/``chunk_size``/``bins``, a non-real ``q``, a
-            generator that is not a ``torch.Generator`` or an unsupported ``dtype``.
+            ``hist_range`` holding a non-number, a generator that is not a ``torch.Generator`` or an unsupported ``dtype``.
         ValueError: For n < 1, samples < 2, q NaN or negative, an unknown backend, a bad ``hist_range``
             or a device the backend cannot use.
 

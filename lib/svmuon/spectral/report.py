@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+import reprlib
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,9 @@ def _as_matrix(name: str, value: Any, label: str) -> tuple[torch.Tensor | None, 
     if value.ndim < 2:
         return None, f"{value.ndim}-D parameter, shape {tuple(value.shape)}"
     t = value.detach()
+    if t.numel() == 0:
+        raise ValueError(f"{label}: parameter {name!r} is an empty matrix of shape {tuple(t.shape)}; "
+                         "a weight matrix must have at least one entry")
     if not bool(torch.isfinite(t).all()):
         raise ValueError(f"{label}: parameter {name!r} of shape {tuple(t.shape)} holds "
                          f"{int(torch.isnan(t).sum())} NaN and {int(torch.isinf(t).sum())} infinite entries")
@@ -115,17 +119,47 @@ def _as_matrix(name: str, value: Any, label: str) -> tuple[torch.Tensor | None, 
     return W, ""
 
 
+_MAX_EXPONENT = 1000.0  # bound on power and on q·power: the Gaussian reference integrates x^(q·power/2) over the
+# Marchenko–Pastur support, which reaches x = 4, and 4^(q·power/2) overflows float64 once q·power > 1024
+
+
 def _check_values(values: Any, name: str, positive: bool) -> tuple[float, ...]:
-    values = (values,) if isinstance(values, numbers.Real) else tuple(values)
+    """``values`` (a real number or a sequence of them) as a tuple of floats; TypeError/ValueError naming ``name``."""
+    expected = f"a real number or a sequence of real numbers {'> 0' if positive else '>= 0'}"
+    if isinstance(values, np.ndarray):
+        values = values.ravel().tolist()
+    if isinstance(values, numbers.Real) and not isinstance(values, bool):
+        values = (values,)
+    elif isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be {expected}, got {type(values).__name__}")
+    values = tuple(values)
     if not values:
         raise ValueError(f"{name} must hold at least one value")
     out = []
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)) or float(v) < 0 \
-                or (positive and float(v) == 0):
-            raise ValueError(f"{name} must hold finite real numbers {'> 0' if positive else '>= 0'}, got {v!r}")
-        out.append(float(v))
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{name} must be {expected}, got an element {v!r} of type {type(v).__name__}")
+        try:
+            f = float(v)
+        except OverflowError:
+            f = math.inf
+        if not math.isfinite(f) or f < 0 or (positive and f == 0):
+            raise ValueError(f"{name} must hold finite real numbers {'> 0' if positive else '>= 0'}, "
+                             f"got {reprlib.repr(v)}")
+        out.append(f)
     return tuple(out)
+
+
+def _check_exponents(qs: tuple[float, ...], powers: tuple[float, ...]) -> None:
+    """Raise ``ValueError`` unless power <= 1000 and q·power <= 1000 for every pair (see ``_MAX_EXPONENT``)."""
+    for power in powers:
+        if power > _MAX_EXPONENT:
+            raise ValueError(f"power must be at most {_MAX_EXPONENT:g} (the Gaussian reference overflows float64 "
+                             f"beyond ~1024), got {power!r}")
+        for q in qs:
+            if q * power > _MAX_EXPONENT:
+                raise ValueError(f"q·power must be at most {_MAX_EXPONENT:g} for the Gaussian reference (x^(q·power/2) "
+                                 f"on [0, 4] overflows float64 beyond ~1024), got q={q!r} with power={power!r}")
 
 
 def _tag(x: float) -> str:
@@ -160,8 +194,10 @@ def spectral_report(source: Any, *, q: Any = (1, 2), power: Any = (1, 2)) -> pd.
     Args:
         source: A ``torch.nn.Module``, a mapping name -> tensor (a state dict), or a path to a
             ``.safetensors`` / ``torch.save`` weights file (read without unpickling code).
-        q: Rényi order(s) in [0, inf) (1 = Shannon); default (1, 2).
-        power: Normalisation exponent(s): 1 for p ∝ σ, 2 for p ∝ σ²; default (1, 2).
+        q: Rényi order(s) in [0, inf) (1 = Shannon), a real number or a sequence of them; default (1, 2).
+        power: Normalisation exponent(s) > 0: 1 for p ∝ σ, 2 for p ∝ σ²; a real number or a sequence of
+            them; default (1, 2). ``power`` <= 1000 and ``q·power`` <= 1000 for every pair (beyond that the
+            Gaussian reference overflows float64).
 
     Returns:
         ``pandas.DataFrame`` with columns ``name``, ``shape`` (the parameter's own shape), ``m``, ``n``,
@@ -175,14 +211,17 @@ def spectral_report(source: Any, *, q: Any = (1, 2), power: Any = (1, 2)) -> pd.
         ``df.attrs["source"]`` names the source.
 
     Raises:
-        TypeError: unsupported ``source`` or an entry that is not a tensor (message names source and entry).
+        TypeError: unsupported ``source`` or an entry that is not a tensor (message names source and entry);
+            ``q``/``power`` not a number or a sequence of numbers.
         FileNotFoundError: a path that does not exist.
-        ValueError: a NaN/Inf weight (names the parameter), no weight matrix at all, bad ``q``/``power``.
+        ValueError: a NaN/Inf weight or an empty matrix (names the parameter), no weight matrix at all,
+            ``q``/``power`` out of range (negative, non-finite, power 0, or beyond the bounds above).
 
     References:
         su2025entropy, liu2025moonlight, roy2007effective.
     """
     qs, powers = _check_values(q, "q", positive=False), _check_values(power, "power", positive=True)
+    _check_exponents(qs, powers)
     weights, label = load_weights(source)
     rows, skipped = [], {}
     for name, value in weights.items():

@@ -44,7 +44,7 @@ def sample_simplex(
 
     Raises:
         TypeError: ``n``/``size`` not integers, ``dtype`` not float32/float64, ``generator`` not a Generator.
-        ValueError: n < 1 or size < 0.
+        ValueError: n < 1 or size < 0, or ``device`` is not a torch device name (or not available here).
 
     References:
         su2025entropy, devroye1986nonuniform.
@@ -55,8 +55,16 @@ def sample_simplex(
         raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    draw_device = generator.device if generator is not None else (device if device is not None else "cpu")
-    target = torch.device(device) if device is not None else torch.device(draw_device)
+    if device is not None:
+        try:
+            parsed = torch.device(device)
+            torch.empty(0, device=parsed)  # an unavailable device (no CUDA, bad index) fails here, cheaply
+        except (RuntimeError, TypeError, ValueError, AssertionError) as exc:  # torch asserts "not compiled with CUDA"
+            raise ValueError(f"device must name an available torch device (e.g. 'cpu', 'cuda:0'), got {device!r}: "
+                             f"{exc}") from exc
+        device = parsed
+    draw_device = generator.device if generator is not None else (device if device is not None else torch.device("cpu"))
+    target = device if device is not None else torch.device(draw_device)
     x = torch.empty((size, n), dtype=dtype, device=draw_device).exponential_(1.0, generator=generator)
     # Exp(1) draws are > 0 almost surely, so every row sum is positive (eq. of thm-exp-simplex).
     p = x / x.sum(dim=-1, keepdim=True)

@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 _SERIES_RADIUS = 0.05  # |q - 1| below which the removable singularity at q = 1 is evaluated by series
+_Q_OVERFLOW = 600.0  # delta-method factor ~ 4^q / (q² sqrt(π q)) > 1.8e308 for every q above this
 _SERIES_TERMS = 12  # the series in δ = q - 1 converges for |δ| < 3/2 (pole of Γ(2q+1) at q = -1/2): 12
 # terms at |δ| <= 0.05 leave a truncation error ~ (0.05 / 1.5)^12 ≈ 1e-18, below float64 rounding.
 
@@ -43,7 +44,12 @@ _SERIES_TERMS = 12  # the series in δ = q - 1 converges for |δ| < 3/2 (pole of
 def _check_n(n: Any) -> tuple[np.ndarray, bool]:
     """``n`` as a float64 array of integers >= 1 (and whether it was a scalar)."""
     if isinstance(n, numbers.Integral) or isinstance(n, bool):
-        return np.float64(check_int(n, "n")), True
+        n_int = check_int(n, "n")
+        try:
+            return np.float64(float(n_int)), True
+        except OverflowError:
+            raise ValueError(f"n must be at most the float64 range (~1.8e308), got an integer with "
+                             f"{len(str(n_int))} digits") from None
     arr = np.asarray(n)
     if arr.dtype == bool or arr.dtype.kind not in "iuf":
         raise TypeError(f"n must be an integer or an array of integers >= 1, got {type(n).__name__} of dtype {arr.dtype}")
@@ -76,11 +82,14 @@ def _log_gamma_ratio(q: np.ndarray) -> np.ndarray:
     """log Γ(q+1) / (q - 1), continuous at q = 1 (value ψ(2) = 1 - γ) and -> +inf as q -> inf."""
     d = q - 1.0
     near = np.abs(d) < 1e-4  # 3-term Taylor series there: truncation error ~ |d|^3 < 1e-12
-    safe = np.where(near | np.isinf(q), 2.0, q)
+    big = q > 1e15  # gammaln(q+1) ~ q log q overflows float64 near q ~ 1e306: Stirling, divided through by q-1
+    safe = np.where(near | np.isinf(q) | big, 2.0, q)
     direct = special.gammaln(safe + 1.0) / (safe - 1.0)
+    qb = np.where(big & ~np.isinf(q), q, 2e15)
+    stirling = (qb / (qb - 1.0)) * (np.log(qb) - 1.0) + 0.5 * (np.log(2 * np.pi) + np.log(qb)) / (qb - 1.0)
     dn = np.where(near, d, 0.0)
     series = special.digamma(2.0) + special.polygamma(1, 2.0) * dn / 2 + special.polygamma(2, 2.0) * dn**2 / 6
-    return np.where(np.isinf(q), np.inf, np.where(near, series, direct))
+    return np.where(np.isinf(q), np.inf, np.where(near, series, np.where(big, stirling, direct)))
 
 
 def mean_field_entropy(n: Any, q: Any = 1.0) -> float | np.ndarray:
@@ -191,7 +200,8 @@ def delta_method_variance(n: Any, q: Any = 1.0) -> float | np.ndarray:
     q = 1 is evaluated by a power series for ``|q - 1| < 0.05``, so the function is smooth through the
     Shannon value (π²/3 - 3)/n; at q = 2 it is 1/n; at q = 0 it is 0 (H_0 = log n is constant). It is the
     leading term only: asymptotic in n, and poor for large q (the factor grows like 4^q / sqrt(π q)); it is
-    +inf at q = inf and where Γ(2q+1)/Γ(q+1)² overflows (q ≳ 510).
+    +inf at q = inf and where the factor overflows float64 (q ≳ 520; computed in log space, so any finite q
+    gives either the finite value or +inf, never NaN).
 
     Args:
         n: Dimension(s) n >= 1, an int or an integer array.
@@ -211,12 +221,14 @@ def delta_method_variance(n: Any, q: Any = 1.0) -> float | np.ndarray:
     q_arr, sq = _check_q(q)
     d = q_arr - 1.0
     near = np.abs(d) < _SERIES_RADIUS
-    finite_q = np.where(near | np.isinf(q_arr), 3.0, q_arr)
+    # beyond _Q_OVERFLOW the factor (> 4^q / (q² sqrt(π q))) exceeds float64: its limit +inf, exactly as q = inf
+    huge = q_arr > _Q_OVERFLOW
+    finite_q = np.where(near | huge, 3.0, q_arr)
     with np.errstate(over="ignore"):
         ratio = np.exp(special.gammaln(2 * finite_q + 1) - 2 * special.gammaln(finite_q + 1))
-    direct = (ratio - finite_q**2 - 1) / (finite_q - 1) ** 2
+        direct = (ratio - finite_q**2 - 1) / (finite_q - 1) ** 2
     factor = np.where(near, _delta_factor_series(np.where(near, d, 0.0)), direct)
-    factor = np.where(np.isinf(q_arr), np.inf, factor)
+    factor = np.where(huge, np.inf, factor)
     return _out(factor / n_arr, sn and sq)  # eq-delta-variance
 
 
@@ -225,7 +237,9 @@ def expected_power_sum(n: Any, q: Any) -> float | np.ndarray:
 
     From the Beta(1, n-1) marginal: E[p^q] = Γ(q+1) Γ(n) / Γ(n+q). At q = 2 this is 2/(n+1), so by
     Jensen's inequality (−log is convex) E[H_2] >= log((n+1)/2). At q = inf the limit is 1 for n = 1 and
-    0 otherwise.
+    0 otherwise. Computed in log space as ``n (n-1) B(q+1, n-1)`` (``scipy.special.betaln``, with Stirling's
+    formula where betaln fails for two huge arguments), so very large q gives the correct small value (or
+    0.0 once it underflows) rather than NaN.
 
     Args:
         n: Dimension(s) n >= 1, an int or an integer array.
@@ -243,7 +257,19 @@ def expected_power_sum(n: Any, q: Any) -> float | np.ndarray:
     """
     n_arr, sn = _check_n(n)
     q_arr, sq = _check_q(q)
+    n_arr, q_arr = np.broadcast_arrays(n_arr, q_arr)
+    one = n_arr == 1
     qf = np.where(np.isinf(q_arr), 1.0, q_arr)
-    val = n_arr * np.exp(special.gammaln(qf + 1) + special.gammaln(n_arr) - special.gammaln(n_arr + qf))
-    val = np.where(np.isinf(q_arr), np.where(n_arr == 1, 1.0, 0.0), val)
+    a, b = qf + 1.0, np.where(one, 1.0, n_arr - 1.0)
+    with np.errstate(all="ignore"):
+        log_b = special.betaln(a, b)  # log B(q+1, n-1) = log[Γ(q+1)Γ(n-1)/Γ(n+q)], no cancellation at large q
+        bad = ~np.isfinite(log_b)
+        if np.any(bad):  # Stirling for two huge arguments, log(a+b) without overflow
+            ab = np.logaddexp(np.log(a), np.log(b))
+            stirling = (0.5 * math.log(2 * math.pi) - (a - 0.5) * np.log1p(b / a) - (b - 0.5) * np.log1p(a / b)
+                        - 0.5 * ab)
+            log_b = np.where(bad, stirling, log_b)
+        val = np.exp(np.log(n_arr) + np.log(b) + log_b)
+    val = np.where(q_arr == 0, n_arr, val)  # Σ p_i^0 = n exactly
+    val = np.where(one, 1.0, np.where(np.isinf(q_arr), 0.0, val))
     return _out(val, sn and sq)
