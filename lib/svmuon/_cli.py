@@ -7,6 +7,7 @@ NAME picks the module ``<package>.<NAME with '-' as '_'>`` (private modules excl
 from __future__ import annotations
 
 import importlib
+import re
 import pkgutil
 import sys
 from types import ModuleType
@@ -31,3 +32,10 @@ def dispatch(package: ModuleType, kind: str, argv: list[str] | None = None) -> i
         return 2
     module = importlib.import_module(f"{package.__name__}.{name.replace('-', '_')}")
     return int(module.main(rest) or 0)
+
+
+def describe(doc: str | None) -> str:
+    """The first paragraph of a module docstring as plain text, for ``argparse`` descriptions."""
+    first = (doc or "").strip().split("\n\n")[0]
+    text = " ".join(first.split())
+    return re.sub(r":\w+:`~?([^`]+)`", r"\1", text).replace("``", "")

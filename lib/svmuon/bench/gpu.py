@@ -31,6 +31,8 @@ References: jordan2024muon (Muon, the quintic), amsel2025polar (Polar Express), 
 
 from __future__ import annotations
 
+from svmuon._cli import describe
+
 import argparse
 import datetime as _dt
 import subprocess
@@ -280,7 +282,7 @@ def _print_table(res: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m svmuon.bench gpu", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m svmuon.bench gpu", description=describe(__doc__))
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU in float32 (seconds)")
     parser.add_argument("--compile", dest="compile_", action="store_true", default=None)
     parser.add_argument("--no-compile", dest="compile_", action="store_false")

@@ -12,6 +12,8 @@ peak when the device is a GPU.
 
 from __future__ import annotations
 
+from svmuon._cli import describe
+
 import argparse
 import os
 import statistics
@@ -86,7 +88,7 @@ def measure(n: int, work: int, repeats: int, device: torch.device) -> dict[str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m svmuon.bench monte-carlo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m svmuon.bench monte-carlo", description=describe(__doc__))
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1024, 4096], help="dimensions n")
     parser.add_argument("--work", type=int, default=1 << 24, help="samples × n per timed call")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls of each implementation")

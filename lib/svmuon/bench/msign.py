@@ -24,6 +24,8 @@ made two-thread timings vary tenfold from call to call on the machine of the rec
 
 from __future__ import annotations
 
+from svmuon._cli import describe
+
 import argparse
 import math
 import os
@@ -126,7 +128,7 @@ def _print_table(rows: list[dict[str, Any]], muon: list[dict[str, Any]]) -> None
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m svmuon.bench msign", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m svmuon.bench msign", description=describe(__doc__))
     ap.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024, 2048])
     ap.add_argument("--muon-sizes", type=int, nargs="*", default=[256, 512])
     ap.add_argument("--repeats", type=int, default=3)

@@ -20,6 +20,8 @@ JSON: ``benchmarks/results/orthogonal-<device>-<date>.json``.
 
 from __future__ import annotations
 
+from svmuon._cli import describe
+
 import argparse
 import statistics
 from typing import Any
@@ -96,7 +98,7 @@ def measure(n: int, count: int, schedule: str, device: str, repeats: int) -> dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m svmuon.bench orthogonal", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m svmuon.bench orthogonal", description=describe(__doc__))
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 512])
     parser.add_argument("--count", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=7)

@@ -22,6 +22,8 @@ pedregosa2011scikit, jordan2024muon, liu2025moonlight, loshchilov2019decoupled, 
 
 from __future__ import annotations
 
+from svmuon._cli import describe
+
 import argparse
 import json
 import math
@@ -197,7 +199,7 @@ def default_output() -> Path:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"python -m svmuon.experiments {NAME}", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog=f"python -m svmuon.experiments {NAME}", description=describe(__doc__))
     p.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
     p.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
     p.add_argument("--weight-decay", type=float, default=DEFAULTS["weight_decay"])

@@ -18,6 +18,8 @@ records per-epoch training loss, validation loss and test accuracy.
 
 from __future__ import annotations
 
+from svmuon._cli import describe
+
 import argparse
 import json
 from pathlib import Path
@@ -95,7 +97,7 @@ def train(name: str, lr: float, seed: int, data: dict, epochs: int = EPOCHS) -> 
 def main(argv: list[str] | None = None) -> int:
     from tqdm.auto import tqdm
 
-    ap = argparse.ArgumentParser(prog="python -m svmuon.experiments muon-digits")
+    ap = argparse.ArgumentParser(prog="python -m svmuon.experiments muon-digits", description=describe(__doc__))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--epochs", type=int, default=EPOCHS)
     ap.add_argument("--output", default=None)

@@ -16,6 +16,8 @@ bjorck1971iterative, amsel2025polar, jordan2024muon.
 
 from __future__ import annotations
 
+from svmuon._cli import describe
+
 import argparse
 import json
 import time
@@ -55,7 +57,7 @@ def run_one(dtype: torch.dtype, method: str, polar_every: int, steps: int, seed:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m svmuon.experiments orthogonal-drift", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m svmuon.experiments orthogonal-drift", description=describe(__doc__))
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)

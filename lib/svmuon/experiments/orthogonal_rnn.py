@@ -21,6 +21,8 @@ Results: ``experiments/results/orthogonal-rnn.json``.
 
 from __future__ import annotations
 
+from svmuon._cli import describe
+
 import argparse
 import json
 import time
@@ -146,7 +148,7 @@ def train(method: str, lr: float, seed: int, data: dict, epochs: int, batch_size
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m svmuon.experiments orthogonal-rnn", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m svmuon.experiments orthogonal-rnn", description=describe(__doc__))
     parser.add_argument("--epochs", type=int, default=25)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--methods", nargs="+", default=list(GRIDS))

@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from svmuon.optim._distributed import all_finite
+
 
 def check_hyper(name: str, value: Any, *, upper: float = math.inf) -> float:
     """Return ``value`` as a float in ``[0, upper)``; TypeError/ValueError naming ``name`` otherwise."""
@@ -25,3 +27,21 @@ def check_param(p: Any, i: int, optimizer: str) -> None:
         raise TypeError(f"{optimizer}: parameter {i} must have a real floating dtype, got {p.dtype}")
     if p.numel() == 0:
         raise ValueError(f"{optimizer}: parameter {i} is empty (shape {tuple(p.shape)})")
+
+
+def first_nonfinite_gradient(param_groups: list[dict[str, Any]], optimizer: str) -> tuple[dict, torch.Tensor] | None:
+    """The first ``(group, parameter)`` whose gradient holds NaN/Inf, or None; checked before any change.
+
+    Sparse and complex gradients raise ``TypeError``. For a sharded (DTensor) gradient the flag is
+    all-reduced, so that every rank gets the same answer and none waits on another that raised.
+    """
+    for group in param_groups:
+        for p in group["params"]:
+            g = p.grad
+            if g is None:
+                continue
+            if g.is_sparse or g.is_complex():
+                raise TypeError(f"{optimizer} does not support sparse or complex gradients")
+            if not all_finite(g):
+                return group, p
+    return None

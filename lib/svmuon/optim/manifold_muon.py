@@ -47,8 +47,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from svmuon.optim._checks import check_hyper
-from svmuon.optim._distributed import all_finite, shard_like, whole
+from svmuon.optim._checks import check_hyper, first_nonfinite_gradient
+from svmuon.optim._distributed import shard_like, whole
 from svmuon.orthogonal.coefficients import resolve_coefficients
 from svmuon.orthogonal.manifolds import Orthogonal, _polar_correction, _retract, _skew
 from svmuon.orthogonal.msign import msign
@@ -134,20 +134,14 @@ class OrthogonalMuon(torch.optim.Optimizer):
         super().add_param_group({**param_group, "params": params})
 
     def _finite_grads(self) -> bool:
-        for group in self.param_groups:
-            for p in group["params"]:
-                g = p.grad
-                if g is None:
-                    continue
-                if g.is_sparse or g.is_complex():
-                    raise TypeError("OrthogonalMuon does not support sparse or complex gradients")
-                if not all_finite(g):  # all shards, same answer on every rank
-                    if group["nan_policy"] == "skip":
-                        return False
-                    raise ValueError(f"gradient of a parameter of shape {tuple(p.shape)} holds NaN or Inf; "
-                                     "no parameter or optimizer state was changed (nan_policy='skip' skips "
-                                     "such steps instead)")
-        return True
+        bad = first_nonfinite_gradient(self.param_groups, "OrthogonalMuon")
+        if bad is None:
+            return True
+        group, p = bad
+        if group["nan_policy"] == "skip":
+            return False
+        raise ValueError(f"gradient of a parameter of shape {tuple(p.shape)} holds NaN or Inf; no parameter or "
+                         "optimizer state was changed (nan_policy='skip' skips such steps instead)")
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:

@@ -34,8 +34,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from svmuon.optim._checks import check_hyper, check_param
-from svmuon.optim._distributed import all_finite, apply_whole, is_dtensor
+from svmuon.optim._checks import check_hyper, check_param, first_nonfinite_gradient
+from svmuon.optim._distributed import apply_whole, is_dtensor
 from svmuon.orthogonal.coefficients import resolve_coefficients
 from svmuon.orthogonal.msign import msign
 
@@ -144,18 +144,10 @@ class Muon(torch.optim.Optimizer):
         super().add_param_group({**param_group, "params": params})
 
     def _validate_grads(self) -> None:
-        for group in self.param_groups:
-            for p in group["params"]:
-                g = p.grad
-                if g is None:
-                    continue
-                if g.is_sparse:
-                    raise TypeError("Muon does not support sparse gradients")
-                if g.is_complex():
-                    raise TypeError("Muon does not support complex gradients")
-                if not all_finite(g):  # one all-reduced flag for a sharded gradient, so every rank agrees
-                    raise ValueError(f"gradient of a parameter of shape {tuple(p.shape)} holds NaN or Inf; "
-                                     "no parameter was changed")
+        bad = first_nonfinite_gradient(self.param_groups, "Muon")
+        if bad is not None:
+            raise ValueError(f"gradient of a parameter of shape {tuple(bad[1].shape)} holds NaN or Inf; "
+                             "no parameter was changed")
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
