@@ -58,5 +58,7 @@ def test_chapter_executes(stem):
     nbclient.NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
     elapsed = time.perf_counter() - t0
     print(f"{stem}: executed in {elapsed:.1f} s")
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    assert not errors
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    if "plt." in path.read_text():  # a chapter that draws must show its figures (e.g. no MPLBACKEND=Agg)
+        assert any("image/png" in o.get("data", {}) for o in outputs), f"{stem} drew no figure"
