@@ -7,8 +7,8 @@ NAME picks the module ``<package>.<NAME with '-' as '_'>`` (private modules excl
 from __future__ import annotations
 
 import importlib
-import re
 import pkgutil
+import re
 import sys
 from types import ModuleType
 

@@ -31,8 +31,6 @@ References: jordan2024muon (Muon, the quintic), amsel2025polar (Polar Express), 
 
 from __future__ import annotations
 
-from svmuon._cli import describe
-
 import argparse
 import datetime as _dt
 import subprocess
@@ -41,6 +39,7 @@ from typing import Any
 
 import torch
 
+from svmuon._cli import describe
 from svmuon.bench._common import default_output, synchronize, time_call, write_result
 from svmuon.optim.manifold_muon import OrthogonalMuon
 from svmuon.optim.muon import KELLER_JORDAN, Muon

@@ -12,8 +12,6 @@ peak when the device is a GPU.
 
 from __future__ import annotations
 
-from svmuon._cli import describe
-
 import argparse
 import os
 import statistics
@@ -25,6 +23,7 @@ import numpy as np
 import torch
 from scipy import stats
 
+from svmuon._cli import describe
 from svmuon.bench._common import default_output, hardware, synchronize, write_result
 from svmuon.spectral.monte_carlo import entropy_statistics
 

@@ -24,8 +24,6 @@ made two-thread timings vary tenfold from call to call on the machine of the rec
 
 from __future__ import annotations
 
-from svmuon._cli import describe
-
 import argparse
 import math
 import os
@@ -33,6 +31,7 @@ from typing import Any
 
 import torch
 
+from svmuon._cli import describe
 from svmuon.bench._common import default_output, synchronize, time_call, write_result
 from svmuon.orthogonal.coefficients import default_steps, resolve_coefficients
 from svmuon.orthogonal.msign import msign

@@ -20,14 +20,13 @@ JSON: ``benchmarks/results/orthogonal-<device>-<date>.json``.
 
 from __future__ import annotations
 
-from svmuon._cli import describe
-
 import argparse
 import statistics
 from typing import Any
 
 import torch
 
+from svmuon._cli import describe
 from svmuon.bench._common import default_output, time_call, write_result
 
 SCHEDULES = {"keller_jordan": 5, "polar_express": 10}

@@ -22,8 +22,6 @@ pedregosa2011scikit, jordan2024muon, liu2025moonlight, loshchilov2019decoupled, 
 
 from __future__ import annotations
 
-from svmuon._cli import describe
-
 import argparse
 import json
 import math
@@ -35,6 +33,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from svmuon._cli import describe
 from svmuon.spectral.entropy import singular_value_entropy
 
 NAME = "digits-training"

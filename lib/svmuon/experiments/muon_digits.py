@@ -18,8 +18,6 @@ records per-epoch training loss, validation loss and test accuracy.
 
 from __future__ import annotations
 
-from svmuon._cli import describe
-
 import argparse
 import json
 from pathlib import Path
@@ -28,6 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+
+from svmuon._cli import describe
 
 EPOCHS = 30
 BATCH = 64

@@ -16,14 +16,14 @@ bjorck1971iterative, amsel2025polar, jordan2024muon.
 
 from __future__ import annotations
 
-from svmuon._cli import describe
-
 import argparse
 import json
 import time
 from pathlib import Path
 
 import torch
+
+from svmuon._cli import describe
 
 NAME = "orthogonal-drift"
 METHODS = {

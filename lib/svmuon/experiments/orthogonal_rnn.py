@@ -21,8 +21,6 @@ Results: ``experiments/results/orthogonal-rnn.json``.
 
 from __future__ import annotations
 
-from svmuon._cli import describe
-
 import argparse
 import json
 import time
@@ -30,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from svmuon._cli import describe
 
 NAME = "orthogonal-rnn"
 HIDDEN = 64

@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from svmuon.optim._checks import check_hyper, first_nonfinite_gradient
+from svmuon.optim._checks import check_hyper, check_param, first_nonfinite_gradient
 from svmuon.optim._distributed import shard_like, whole
 from svmuon.orthogonal.coefficients import resolve_coefficients
 from svmuon.orthogonal.manifolds import Orthogonal, _polar_correction, _retract, _skew
@@ -198,8 +198,7 @@ class OrthogonalMuon(torch.optim.Optimizer):
 def _check_start(p: torch.Tensor, i: int, atol: float | None) -> None:
     hint = ("; start from a point of the group, e.g. W.data.copy_(svmuon.Orthogonal().project(W)) "
             "(Orthogonal.project: the nearest orthogonal matrix)")
-    if not isinstance(p, torch.Tensor):
-        raise TypeError(f"parameter {i} must be a torch.Tensor, got {type(p).__name__}")
+    check_param(p, i, "OrthogonalMuon")
     if p.dtype not in (torch.float32, torch.float64):
         raise TypeError(f"parameter {i} must be float32 or float64 (master weights), got {p.dtype}")
     if p.ndim < 2 or p.shape[-1] != p.shape[-2] or p.numel() == 0:
