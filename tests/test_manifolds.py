@@ -79,7 +79,7 @@ def test_retraction_is_orthogonal_and_first_order(n, eta, gen):
     W = _random_orthogonal(n, gen, batch=(5,))
     G = torch.randn(5, n, n, generator=gen, dtype=torch.float64)
     O = M.skew_direction(W, G)
-    W1 = M.retract(W, O, eta)
+    W1 = M.retract_along(W, W @ O, eta)
     assert float(M.orthogonality_error(W1).max()) <= 1e-13  # float64: O(n) ulps of unit-size products
     # first order: W1 = W - ηWO + O(η²); compare with the uncorrected step W(I - ηO)
     step = W - eta * W @ O
@@ -91,9 +91,9 @@ def test_retraction_is_orthogonal_and_first_order(n, eta, gen):
 def test_retract_rejects_bad_eta(gen):
     W = _random_orthogonal(3, gen)
     with pytest.raises(ValueError, match="eta"):
-        M.retract(W, torch.zeros(3, 3, dtype=torch.float64), -0.1)
+        M.retract_along(W, torch.zeros(3, 3, dtype=torch.float64), -0.1)
     with pytest.raises(ValueError, match="eta"):
-        M.retract(W, torch.zeros(3, 3, dtype=torch.float64), float("nan"))
+        M.retract_along(W, torch.zeros(3, 3, dtype=torch.float64), float("nan"))
 
 
 def test_check_point_project_and_polar_correction(gen):
@@ -126,28 +126,29 @@ def test_bad_input_regressions(gen):
     O = M.skew_direction(W, torch.randn(4, 4, generator=gen, dtype=torch.float64))
     nan = torch.full((4, 4), float("nan"), dtype=torch.float64)
     W_before = W.clone()
+    Phi = W @ O
     with pytest.raises(ValueError, match="W must be finite"):
-        M.retract(nan, O, 0.1)
-    with pytest.raises(ValueError, match="O must be finite"):
-        M.retract(W, nan, 0.1)
+        M.retract_along(nan, Phi, 0.1)
+    with pytest.raises(ValueError, match="Phi must be finite"):
+        M.retract_along(W, nan, 0.1)
     with pytest.raises(TypeError, match="eta"):
-        M.retract(W, O, "a")
+        M.retract_along(W, Phi, "a")
     for bad in (float("inf"), 10**400):
         with pytest.raises(ValueError, match="eta"):
-            M.retract(W, O, bad)
-    with pytest.raises(ValueError, match="same matrix size"):
-        M.retract(W, O[:3, :3], 0.1)
+            M.retract_along(W, Phi, bad)
+    with pytest.raises(ValueError, match="same matrix shape"):
+        M.retract_along(W, Phi[:3, :3], 0.1)
     with pytest.raises(ValueError, match="batch dimensions"):
-        M.retract(W, O.expand(2, 4, 4), 0.1)
+        M.retract_along(W, Phi.expand(2, 4, 4), 0.1)
     with pytest.raises(ValueError, match="non-finite result"):
-        M.retract(W, 1e200 * O, 1.0)
+        M.retract_along(W, 1e200 * Phi, 1.0)
     assert torch.equal(W, W_before)
     # huge eta: finite and orthogonal, tending to -WO (O is a full-rank partial isometry for even n)
-    W_big = M.retract(W, O, 1e200)
+    W_big = M.retract_along(W, Phi, 1e200)
     assert float(M.orthogonality_error(W_big)) <= 1e-13
     torch.testing.assert_close(W_big, -W @ O, rtol=0, atol=1e-12)
     # a batched W with one shared O broadcasts
-    torch.testing.assert_close(M.retract(torch.stack([W, W]), O, 0.3)[1], M.retract(W, O, 0.3))
+    torch.testing.assert_close(M.retract_along(torch.stack([W, W]), Phi, 0.3)[1], M.retract_along(W, Phi, 0.3))
     with pytest.raises(ValueError, match="Z must be finite"):
         M.project_tangent(W, nan)
     with pytest.raises(ValueError, match="W must be finite"):
