@@ -316,3 +316,36 @@ def test_tiny_tangent_part_is_damped(gen):
     undamped = 2 * math.sin(math.atan(0.1) / 2)  # ‖W - W'‖₂ of a full step along a unit O: |1 - e^{iθ}|
     assert moved <= 1e-2 * undamped  # measured tangent fraction ~1e-7 against eps = √eps32 = 3.5e-4
     assert float(opt.state[W]["info"]["damping"]) < 1e-2
+
+
+@pytest.mark.parametrize("tensor_lr", [False, True])
+def test_one_host_sync_per_step(monkeypatch, gen, tensor_lr):
+    from test_muon import count_host_syncs
+
+    ps = _params(gen, torch.float32)
+    lr = torch.tensor(0.05) if tensor_lr else 0.05
+    opt = ManifoldMuon([{"params": ps[:1]}, {"params": ps[1:], "polar_every": 2}], lr=lr)
+    _run(opt, ps, 1, gen)
+    calls = count_host_syncs(monkeypatch)
+    _run(opt, ps, 3, gen)
+    assert calls == ["__bool__"] * 3  # the single fused check (finite, still on the manifold) per step
+
+
+def test_named_parameters_and_tensor_lr_with_a_scheduler(gen):
+    model = torch.nn.Linear(4, 4, bias=False).double()
+    with torch.no_grad():
+        model.weight.copy_(M.project(model.weight))
+    opt = ManifoldMuon(model.named_parameters(), lr=torch.tensor(0.1))
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    x = torch.randn(8, 4, generator=gen, dtype=torch.float64)
+    for _ in range(3):
+        opt.zero_grad()
+        model(x).pow(3).sum().backward()
+        opt.step()
+        sched.step()
+    assert float(opt.param_groups[0]["lr"]) == pytest.approx(0.1 / 8)
+    assert float(M.orthogonality_error(model.weight.detach())) <= 1e-13
+    assert opt.state_dict()["param_groups"][0]["param_names"] == ["weight"]
+    model.weight.grad[0, 0] = float("nan")
+    with pytest.raises(NonFiniteUpdateError, match="parameter 'weight'"):
+        opt.step()

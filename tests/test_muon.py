@@ -10,7 +10,7 @@ import torch
 
 import svmuon.optim.functional as functional
 import importlib
-from svmuon.optim import Muon
+from svmuon.optim import Muon, NonFiniteUpdateError
 
 msign_module = importlib.import_module("svmuon.orthogonal.msign")  # the module (the name msign is the function)
 KJ = (3.4445, -4.7750, 2.0315)
@@ -115,7 +115,7 @@ def test_nonfinite_gradient_raises_and_changes_nothing():
     for p, g in zip(params, grads_for(1)):
         p.grad = g
     params[3].grad[0, 0] = float("nan")  # the last parameter: earlier ones must not be updated first
-    with pytest.raises(ValueError, match="NaN or Inf"):
+    with pytest.raises(NonFiniteUpdateError, match=r"params'\]\[3\].*NaN or Inf.*nothing|no parameter"):
         opt.step()
     for p, s in zip(params, snapshot):
         assert torch.equal(p.detach(), s)
@@ -222,3 +222,158 @@ def test_param_group_options_are_checked(override):
 def test_bad_parameters_are_refused_at_construction(bad):
     with pytest.raises((TypeError, ValueError), match=r"param_groups\[0\]\['params'\]\[0\]"):
         Muon([bad], lr=0.01)
+
+
+
+def _snapshot(opt, params):
+    return [p.detach().clone() for p in params], copy.deepcopy(opt.state_dict())
+
+
+def _assert_unchanged(opt, params, snap):
+    before, sd = snap
+    for p, b in zip(params, before):
+        assert torch.equal(p.detach(), b)
+    after = opt.state_dict()
+    assert after["state"].keys() == sd["state"].keys()
+    for k, v in sd["state"].items():  # equal_nan: a NaN buffer loaded from a checkpoint stays as it was
+        assert torch.equal(after["state"][k]["momentum_buffer"].isnan(), v["momentum_buffer"].isnan())
+        torch.testing.assert_close(after["state"][k]["momentum_buffer"], v["momentum_buffer"], rtol=0, atol=0,
+                                   equal_nan=True)
+    assert after["skipped_steps"] == sd["skipped_steps"]
+
+
+def test_overflowing_momentum_from_finite_gradients_is_refused():
+    # ±3.3e38 are finite float32 gradients; B.lerp(g, 0.05) forms g - B = -3.465e38 > float32 max (3.40e38):
+    # the momentum overflows to -inf at the second step. Today's torch.optim.Muon writes NaN into W then.
+    params = make_params()
+    opt = Muon(params, lr=0.01)
+    for p in params:
+        p.grad = torch.full(p.shape, 3.3e38)
+    opt.step()  # finite: B = 1.65e37, and msign only sees the direction
+    snap = _snapshot(opt, params)
+    for p in params:
+        p.grad = torch.full(p.shape, -3.3e38)
+    with pytest.raises(NonFiniteUpdateError, match=r"params'\]\[0\]"):
+        opt.step()
+    _assert_unchanged(opt, params, snap)
+
+
+def test_nan_buffer_from_a_checkpoint_is_refused_and_named():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3, bias=False), torch.nn.Linear(3, 2, bias=False))
+    opt = Muon(model.named_parameters(), lr=0.01)
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
+    model(x).sum().backward()
+    opt.step()
+    sd = opt.state_dict()
+    sd["state"][1]["momentum_buffer"][0, 0] = float("nan")  # a corrupted checkpoint
+    opt.load_state_dict(sd)
+    snap = _snapshot(opt, list(model.parameters()))
+    opt.zero_grad()
+    model(x).sum().backward()
+    with pytest.raises(NonFiniteUpdateError, match=r"parameter '1.weight'.*no parameter or optimizer state"):
+        opt.step()
+    _assert_unchanged(opt, list(model.parameters()), snap)
+
+
+def test_failed_first_step_leaves_no_state():
+    params = make_params()
+    opt = Muon(params, lr=0.01)
+    for p, g in zip(params, grads_for(0)):
+        p.grad = g
+    params[1].grad[0, 0] = float("inf")
+    with pytest.raises(NonFiniteUpdateError):
+        opt.step()
+    assert len(opt.state) == 0
+
+
+def test_nan_policy_skip_counts_and_survives_state_dict():
+    params = make_params()
+    opt = Muon(params, lr=0.01, nan_policy="skip")
+    for p, g in zip(params, grads_for(0)):
+        p.grad = g
+    opt.step()
+    snap = _snapshot(opt, params)
+    params[2].grad[1, 1] = float("nan")
+    opt.step()
+    assert opt.skipped_steps == 1
+    snap[1]["skipped_steps"] = 1
+    _assert_unchanged(opt, params, snap)
+    sd = opt.state_dict()
+    clone = [p.detach().clone().requires_grad_() for p in params]
+    opt2 = Muon(clone, lr=0.01)
+    opt2.load_state_dict(copy.deepcopy(sd))
+    assert opt2.skipped_steps == 1 and opt2.param_groups[0]["nan_policy"] == "skip"
+    assert copy.deepcopy(opt2).skipped_steps == 1
+    theirs = torch.optim.Muon([p.detach().clone().requires_grad_() for p in params], lr=0.01)
+    opt2.load_state_dict(theirs.state_dict())  # a torch.optim.Muon state dict has no counter: 0
+    assert opt2.skipped_steps == 0
+
+
+def test_groups_are_atomic_together():
+    # a NaN in the second group's parameter: the first group (planned earlier) must not move either
+    params = make_params()
+    opt = Muon([{"params": params[:2]}, {"params": params[2:], "lr": 0.5}], lr=0.01)
+    for p, g in zip(params, grads_for(0)):
+        p.grad = g
+    opt.step()
+    snap = _snapshot(opt, params)
+    for p, g in zip(params, grads_for(1)):
+        p.grad = g
+    params[3].grad[0, 0] = float("nan")
+    with pytest.raises(NonFiniteUpdateError, match=r"param_groups\[1\]\['params'\]\[1\]"):
+        opt.step()
+    _assert_unchanged(opt, params, snap)
+
+
+SYNC_METHODS = ("__bool__", "item", "tolist", "__float__", "__int__", "__index__", "numpy")
+
+
+def count_host_syncs(monkeypatch):
+    """Record every call of a torch.Tensor method that reads a value back to the host (a synchronisation
+    on an accelerator): bool(), item(), tolist(), float(), int(), index, numpy()."""
+    calls = []
+    for name in SYNC_METHODS:
+        original = getattr(torch.Tensor, name)
+
+        def wrapper(self, *args, _original=original, _name=name, **kwargs):
+            calls.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, wrapper)
+    return calls
+
+
+@pytest.mark.parametrize("tensor_lr", [False, True])
+def test_one_host_sync_per_step(monkeypatch, tensor_lr):
+    params = make_params()
+    lr = torch.tensor(0.02) if tensor_lr else 0.02
+    opt = Muon([{"params": params[:2]}, {"params": params[2:], "weight_decay": 0.0}], lr=lr)
+    for p, g in zip(params, grads_for(0)):
+        p.grad = g
+    opt.step()
+    calls = count_host_syncs(monkeypatch)
+    for t in range(1, 4):
+        for p, g in zip(params, grads_for(t)):
+            p.grad = g
+        opt.step()
+    assert calls == ["__bool__"] * 3  # the single fused finiteness check of each step
+
+
+@pytest.mark.cuda
+def test_one_host_sync_per_step_cuda():
+    import warnings
+
+    params = [p.detach().cuda().requires_grad_() for p in make_params()]
+    opt = Muon(params, lr=0.02)
+    for p, g in zip(params, grads_for(0)):
+        p.grad = g.cuda()
+    opt.step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            opt.step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert len([w for w in caught if "synchroniz" in str(w.message)]) <= 1

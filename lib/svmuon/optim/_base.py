@@ -156,7 +156,20 @@ class MatrixOptimizer(torch.optim.Optimizer):
     def _lr(group: dict[str, Any]) -> Any:
         return _to_scalar(group["lr"])
 
-    # -- state dict ------------------------------------------------------------------------------------------
+    # -- copying and state dicts -----------------------------------------------------------------------------
+    #: attributes beyond torch.optim's (defaults, state, param_groups) that copies and pickles keep
+    _extra_attributes: tuple[str, ...] = ("skipped_steps",)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.update({name: getattr(self, name) for name in self._extra_attributes})
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.__dict__.setdefault("skipped_steps", 0)
+        self._orthogonalizers = {}  # rebuilt on first use
+
     def state_dict(self) -> dict[str, Any]:
         """torch.optim's state dict plus ``"skipped_steps"`` (an int)."""
         sd = super().state_dict()

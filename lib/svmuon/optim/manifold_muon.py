@@ -97,6 +97,8 @@ class ManifoldMuon(MatrixOptimizer):
         su2025orthogonal, jordan2024muon, absil2008optimization, bjorck1971iterative, amsel2025polar.
     """
 
+    _extra_attributes = ("skipped_steps", "manifold")
+
     def __init__(self, params: Iterable[Any], lr: float | torch.Tensor = 0.02, *, manifold: Any = None,
                  momentum: float = 0.95, nesterov: bool = True, msign_method: str = "newton_schulz",
                  ns_steps: int | None = None, ns_coefficients: Any = None, compute_dtype: torch.dtype | None = None,
@@ -171,16 +173,14 @@ class ManifoldMuon(MatrixOptimizer):
         every = group["polar_every"]
         buffers, drifts, solver, infos, correct = [], [], [], [], []
         for p in params:
-            state = self.state[p]
-            if "momentum_buffer" not in state:  # new state is stored at commit only
-                fresh = dict(momentum_buffer=torch.zeros_like(p.grad, memory_format=torch.preserve_format),
-                             drift=torch.zeros((), dtype=p.dtype, device=p.device), step=0, solver={}, info={})
-                plan.on_commit(lambda s=state, f=fresh: s.update(f))
-                view = fresh
+            if "momentum_buffer" not in self.state.get(p, {}):  # new state is stored at commit only
+                view = dict(momentum_buffer=torch.zeros_like(p.grad, memory_format=torch.preserve_format),
+                            drift=torch.zeros((), dtype=p.dtype, device=p.device), step=0, solver={}, info={})
+                plan.on_commit(lambda p=p, f=view: self.state[p].update(f))
             else:
-                view = state
+                view = self.state[p]
             step = view["step"] + 1
-            plan.on_commit(lambda s=state, k=step: s.__setitem__("step", k))
+            plan.on_commit(lambda p=p, k=step: self.state[p].__setitem__("step", k))
             buffers.append(view["momentum_buffer"])
             drifts.append(view["drift"])
             solver.append(view["solver"])

@@ -136,11 +136,10 @@ class Muon(MatrixOptimizer):
             raise TypeError("Muon does not support sparse gradients")
         buffers = []
         for p in params:
-            state = self.state[p]
-            buf = state.get("momentum_buffer")
+            buf = self.state[p]["momentum_buffer"] if p in self.state else None
             if buf is None:  # stored at commit only: a refused first step leaves no state behind
                 buf = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
-                plan.on_commit(lambda s=state, b=buf: s.__setitem__("momentum_buffer", b))
+                plan.on_commit(lambda p=p, b=buf: self.state[p].__setitem__("momentum_buffer", b))
             buffers.append(buf)
         muon_updates(params, grads, buffers, lr=self._lr(group), weight_decay=group["weight_decay"],
                      momentum=group["momentum"], nesterov=group["nesterov"],
