@@ -107,24 +107,32 @@ class StepPlan:
         """Run ``fn()`` at commit (host-side bookkeeping: step counters, new state entries)."""
         self._on_commit.append(fn)
 
-    def add_batch(self, labels: Sequence[Any], finite: torch.Tensor, *, on_manifold: torch.Tensor | None = None,
-                  defect: torch.Tensor | None = None, tolerance: torch.Tensor | None = None) -> None:
-        """Record the ``(k,)`` flags of ``k`` parameters (and, on a manifold, their defects and tolerances)."""
-        self._batches.append(dict(labels=list(labels), finite=finite, on_manifold=on_manifold, defect=defect,
-                                  tolerance=tolerance))
+    def add_batch(self, labels: Sequence[Any], checked: Sequence[torch.Tensor], *,
+                  on_manifold: torch.Tensor | None = None, defect: torch.Tensor | None = None,
+                  tolerance: torch.Tensor | None = None) -> None:
+        """Record ``k`` parameters whose new values are finite iff every tensor of ``checked`` (each
+        ``(k, ...)``) is, and (on a manifold) their ``(k,)`` check, defects and tolerances.
+
+        The fast flag is the finiteness of each matrix's *sum* (one pass; NaN and ±Inf propagate through
+        a sum): it can only err towards a false alarm, when a sum of finite entries overflows, and an
+        alarm is re-checked entry by entry before anything is refused.
+        """
+        fast = torch.stack([torch.isfinite(T.sum(dim=tuple(range(1, T.ndim)))) for T in checked]).all(dim=0)
+        self._batches.append(dict(labels=list(labels), fast=fast, checked=list(checked), on_manifold=on_manifold,
+                                  defect=defect, tolerance=tolerance))
 
     def failures(self) -> list[tuple[str, Any, float | None, float | None]]:
         """``[(kind, label, defect, tolerance)]`` of every refused parameter (``kind``: ``"nonfinite"`` or
         ``"off_manifold"``). Reads every flag at once: one host synchronisation per device (usually one)."""
         by_device: dict[torch.device, list[torch.Tensor]] = defaultdict(list)
         for b in self._batches:
-            ok = b["finite"] if b["on_manifold"] is None else b["finite"] & b["on_manifold"]
+            ok = b["fast"] if b["on_manifold"] is None else b["fast"] & b["on_manifold"]
             by_device[ok.device].append(ok)
         if all(bool(torch.cat(flags).all()) for flags in by_device.values()):  # the one synchronisation
             return []
         out = []
         for b in self._batches:  # an error path: more synchronisations are fine here
-            finite = b["finite"].tolist()
+            finite = torch.stack([torch.isfinite(T).flatten(1).all(dim=1) for T in b["checked"]]).all(dim=0).tolist()
             manifold = b["on_manifold"].tolist() if b["on_manifold"] is not None else [True] * len(finite)
             for i, label in enumerate(b["labels"]):
                 if not finite[i]:
@@ -165,11 +173,6 @@ def raise_for(optimizer: str, failures: list[tuple[str, Any, float | None, float
 def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:
     """A ``(k, ...)`` batch; a view for ``k = 1``."""
     return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
-
-
-def _finite(T: torch.Tensor) -> torch.Tensor:
-    """``(k,)``: every entry of ``T[i]`` is finite."""
-    return torch.isfinite(T).flatten(1).all(dim=1)
 
 
 def _label(labels: Sequence[Any] | None, i: int) -> Any:
@@ -251,16 +254,26 @@ def muon_updates(
         P = [params[i] for i in idx]
         new_B, U = _batch_momentum(idx, grads, momentum_buffers, momentum, nesterov)
         norm = torch.linalg.matrix_norm(U if U.dtype in (torch.float32, torch.float64) else U.float())
-        O = orthogonalize(U) * _damping(norm, 1.0, eps).to(U.dtype)[:, None, None]
-        finite = _finite(U) & _finite(O)
-        if not is_dtensor(new_B[0]):  # a DTensor buffer's NaN reaches the gathered U, identically on every rank
-            finite = finite & _finite(_stack(new_B))
-        plan.add_batch([_label(labels, i) for i in idx], finite)
-        lr_adj = adjust_lr(lr, adjust_lr_fn, tuple(P[0].shape))
+        O = orthogonalize(U)
+        scale = (adjust_lr(lr, adjust_lr_fn, tuple(P[0].shape)) * _damping(norm, 1.0, eps)).to(O.dtype)
         decay = 1 - lr * weight_decay
-        for j, (p, i) in enumerate(zip(P, idx)):
-            o = shard_like(O[j], p).to(p.dtype)  # this rank's block of a DTensor, else O[j] itself
-            plan.write(p, p * decay - o * lr_adj)
+        if is_dtensor(P[0]):  # checked on the gathered whole: the same answer on every rank
+            plan.add_batch([_label(labels, idx[0])], [O])
+            p = P[0]
+            plan.write(p, p * decay - shard_like(O[0], p).to(p.dtype) * scale[0])
+            plan.write(momentum_buffers[idx[0]], new_B[0])
+            continue
+        # W' = decay W - scale O, built in O's storage (O is ours); a NaN/Inf in g, B or B' reaches U,
+        # and from U every entry of O (Newton–Schulz mixes all entries), so checking W' checks them all
+        new_P = O.mul_(-scale[:, None, None]).to(P[0].dtype)
+        for j, p in enumerate(P):
+            if isinstance(decay, torch.Tensor):
+                new_P[j].addcmul_(p, decay)
+            else:
+                new_P[j].add_(p, alpha=decay)
+        plan.add_batch([_label(labels, i) for i in idx], [new_P])
+        for j, i in enumerate(idx):
+            plan.write(params[i], new_P[j])
             plan.write(momentum_buffers[i], new_B[j])
     return plan
 
@@ -351,10 +364,9 @@ def manifold_muon_updates(
         tolerance = 2 * (tol + drift_prev) + (per(slack) if isinstance(slack, torch.Tensor) else slack)
         excess = per(defect) - tolerance  # the check holds where <= 0 (and fails for NaN)
         worst = excess.argmax(dim=1, keepdim=True)
-        finite = _finite(U) & _finite(W_new) & per(torch.isfinite(d.tangent_norm)).all(dim=1)
-        if not dt:
-            finite = finite & _finite(_stack(new_B))
-        plan.add_batch([_label(labels, i) for i in idx], finite, on_manifold=(excess <= 0).all(dim=1),
+        # a NaN/Inf in g, B or B' reaches U; U is checked itself (the SVD route reads NaN as 0)
+        plan.add_batch([_label(labels, i) for i in idx], [U, W_new, per(d.tangent_norm)],
+                       on_manifold=(excess <= 0).all(dim=1),
                        defect=per(defect).gather(1, worst)[:, 0], tolerance=tolerance.expand_as(excess).gather(1, worst)[:, 0])
         new_drift = torch.zeros_like(drift_prev[:, 0]) if flags[idx[0]] else per(defect).amax(dim=1)
         info = {"tangent_norm": d.tangent_norm, "damping": damping, "defect": defect, **d.info}

@@ -35,7 +35,7 @@ import torch
 from svmuon._validation import as_tensor, check_finite, check_float, check_int, check_matrix
 from svmuon.orthogonal.coefficients import default_steps, output_max, resolve_coefficients
 
-__all__ = ["msign", "Orthogonalizer"]
+__all__ = ["msign", "Orthogonalizer", "power_of_two_scale"]
 
 _METHODS = ("svd", "newton_schulz")
 _UNSET: Any = object()  # sentinel of the deprecated spellings steps= / coefficients=
@@ -195,12 +195,26 @@ class Orthogonalizer:
                 f"compute_dtype={self.compute_dtype})")
 
 
-def _power_of_two_scale(T: torch.Tensor) -> torch.Tensor:
-    """Per-matrix power of two ``2^e >= max|T|`` (shape ``(..., 1, 1)``, 1 where T == 0); dividing is exact."""
+def power_of_two_scale(T: torch.Tensor) -> torch.Tensor:
+    """Per-matrix power of two ``2^e > max|T|`` (shape ``(..., 1, 1)``; 1 where ``T == 0``).
+
+    Dividing by it is exact in binary floating point and leaves ``max|T / 2^e|`` in ``[0.5, 1)``, so a
+    later ``‖T‖_F`` can neither underflow nor overflow: msign's invariance ``msign(cT) = msign(T)`` over
+    the whole float range needs no additive epsilon. No host synchronisation.
+
+    Args:
+        T: tensor ``(..., m, n)``, real floating dtype.
+
+    Returns:
+        Tensor ``(..., 1, 1)`` of ``T``'s dtype and device.
+    """
     amax = T.abs().amax(dim=(-2, -1), keepdim=True)
     _, exponent = torch.frexp(amax)  # amax = mantissa * 2**exponent, mantissa in [0.5, 1)
     scale = torch.ldexp(torch.ones_like(amax), exponent)
     return torch.where(amax > 0, scale, torch.ones_like(amax))
+
+
+_power_of_two_scale = power_of_two_scale  # the kernels' name for it
 
 
 def _msign_svd(T: torch.Tensor, rcond: float | None) -> torch.Tensor:
