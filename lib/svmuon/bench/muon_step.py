@@ -2,7 +2,7 @@
 
 Three budgets of the optimizer core, measured in one run (``benchmarks/results/muon-step-<device>-<date>.json``):
 
-* **step overhead**: one :class:`svmuon.optim.Muon` step on a single ``n × n`` float32 parameter (default
+* **step overhead**: one :class:`svmuon.optim.muon.Muon` step on a single ``n × n`` float32 parameter (default
   n = 512, weight decay on, Nesterov, Keller Jordan's 5 steps) against the named baseline "its own msign
   plus one momentum update": the same :class:`~svmuon.orthogonal.msign.Orthogonalizer`, called as the
   step calls it (on a batch of one ``n × n`` matrix), plus ``B.lerp_(g, 1 - μ)``. Both are timed interleaved (one of each per round, so a

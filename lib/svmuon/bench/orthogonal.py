@@ -3,7 +3,7 @@
 On the same list of square float32 matrices (``--count`` parameters of each size ``n``), with the same
 random gradients, one optimizer step is timed for
 
-* ``muon``: :class:`svmuon.optim.Muon` (weight decay 0) with the msign schedule under test;
+* ``muon``: :class:`svmuon.optim.muon.Muon` (weight decay 0) with the msign schedule under test;
 * ``orthogonal_muon``: :class:`svmuon.optim.OrthogonalMuon` with the same schedule and compute dtype,
   drift control on (``polar_every=1``, the default) and off (``polar_every=0``);
 * ``geoopt_rsgd``: geoopt's RiemannianSGD (momentum 0.9) on ``geoopt.Stiefel`` (kochurov2020geoopt);

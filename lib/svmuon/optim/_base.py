@@ -78,7 +78,7 @@ class Labels:
 
 
 class MatrixOptimizer(torch.optim.Optimizer):
-    """Base of :class:`~svmuon.optim.Muon` and :class:`~svmuon.optim.ManifoldMuon` (see the module docstring).
+    """Base of :class:`~svmuon.optim.muon.Muon` and :class:`~svmuon.optim.manifold_muon.ManifoldMuon` (see the module docstring).
 
     Attributes:
         skipped_steps: steps skipped under ``nan_policy="skip"``; saved by ``state_dict()`` (key

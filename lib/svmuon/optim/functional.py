@@ -1,6 +1,6 @@
 """Functional core of the optimizers: pure functions of lists of tensors (torch's ``_muon.py`` pattern).
 
-:class:`svmuon.optim.Muon` and :class:`svmuon.optim.ManifoldMuon` only collect, per param group, the
+:class:`svmuon.optim.muon.Muon` and :class:`svmuon.optim.manifold_muon.ManifoldMuon` only collect, per param group, the
 parameters that have a gradient, their gradients and their state, and call the functions here with
 explicit keyword arguments; nothing below ``step()`` sees a param-group dict. One step has two phases:
 

@@ -48,7 +48,7 @@ import torch
 from svmuon.optim._base import NAN_POLICIES, Labels, MatrixOptimizer, check_hyper, check_param
 from svmuon.optim.functional import StepPlan, adjust_lr, muon_updates
 
-__all__ = ["Muon", "adjust_lr"]
+__all__ = ["Muon"]
 
 KELLER_JORDAN = (3.4445, -4.7750, 2.0315)  # jordan2024muon; torch.optim.Muon's default
 
@@ -67,7 +67,7 @@ class Muon(MatrixOptimizer):
             :mod:`svmuon.orthogonal.coefficients` (``"keller_jordan"``, ``"polar_express"``, ``"cubic"``).
         eps: update norms below ``eps`` shrink the step by ``‖U‖_F / eps`` (0 disables; see the module doc).
         ns_steps: Newton–Schulz steps (>= 1).
-        adjust_lr_fn: ``None``/``"original"`` or ``"match_rms_adamw"`` (:func:`adjust_lr`).
+        adjust_lr_fn: ``None``/``"original"`` or ``"match_rms_adamw"`` (:func:`~svmuon.optim.functional.adjust_lr`).
         compute_dtype: dtype of the Newton–Schulz matmuls; default float32 on CPU, bfloat16 on CUDA.
         nan_policy: ``"raise"`` (default) or ``"skip"`` (a step with a non-finite update is skipped
             whole and counted in ``skipped_steps``).

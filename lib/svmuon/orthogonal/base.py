@@ -1,4 +1,4 @@
-"""What every manifold of :mod:`svmuon` implements, and how an optimizer steps on one.
+"""What every manifold of ``svmuon`` implements, and how an optimizer steps on one.
 
 A manifold here is a set of matrices ``W ∈ R^{m×n}`` with ``WᵀW = I_n`` (the orthogonal group for m = n,
 the Stiefel manifold for m > n), embedded in the space of all matrices with the Frobenius inner product.
@@ -53,8 +53,9 @@ Subclass :class:`Manifold` and implement
   by itself (e.g. because a Newton–Schulz ``Φ`` is not an exact partial isometry), shape broadcastable to
   ``(k,)``; the optimizer refuses a step whose ``defect`` exceeds ``2 (atol + drift) + slack``. Default: 0.
 * the public methods that have no generic form here: ``project``, ``_project_tangent`` (the kernel of
-  :meth:`project_tangent`), and, if ``step`` is not ``Φ`` itself, ``_tangent_from_step(W, step)`` and
-  ``_step_from_tangent(W, Phi)`` (used by :meth:`steepest_direction` and :meth:`retract_along`).
+  :meth:`Manifold.project_tangent`), and, if ``step`` is not ``Φ`` itself, ``_tangent_from_step(W, step)``
+  and ``_step_from_tangent(W, Phi)`` (used by :meth:`Manifold.steepest_direction` and
+  :meth:`Manifold.retract_along`).
 
 References:
     absil2008optimization (embedded submanifolds, retractions), edelman1998geometry,
@@ -78,12 +79,11 @@ __all__ = ["Manifold", "Direction"]
 class Direction(NamedTuple):
     """What a manifold's direction kernel returns for a batch of ``k`` parameters (see the module doc).
 
-    Attributes:
-        step: the manifold's representation of the unit steepest direction, read by its
-            ``_retract_along`` (the orthogonal group: ``O = msign([WᵀU]_skew)``, with ``Φ = W O``).
-        tangent_norm: ``‖P_W(U)‖_F`` per matrix, shape ``(k,)``, for the ``eps`` damping.
-        state: new per-parameter solver state, name -> tensor with first dimension ``k`` (may be empty).
-        info: diagnostics, name -> tensor of shape ``(k,)`` (may be empty).
+    Its fields: ``step``, the manifold's representation of the unit steepest direction, read by its
+    ``_retract_along`` (the orthogonal group: ``O = msign([WᵀU]_skew)``, with ``Φ = W O``);
+    ``tangent_norm``, ``‖P_W(U)‖_F`` per matrix, shape ``(k,)``, for the ``eps`` damping; ``state``, the new
+    per-parameter solver state, name -> tensor with first dimension ``k`` (may be empty); ``info``,
+    diagnostics, name -> tensor of shape ``(k,)`` (may be empty).
     """
 
     step: torch.Tensor
@@ -390,6 +390,11 @@ def _eta_tensor(eta: float, W: torch.Tensor) -> torch.Tensor:
 
 
 def _retraction_scalars(eta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(s, s - 1)`` with ``s = 1/√(1+η²)``, without overflow for huge η or cancellation for small η."""
-    r = torch.hypot(torch.ones_like(eta), eta)
-    return 1.0 / r, -(eta / r) * (eta / (1.0 + r))
+    """``(s, s - 1)`` with ``s = 1/√(1+η²)``, without overflow for huge η or cancellation for small η.
+
+    Computed in float64 and rounded once to ``eta``'s dtype, so that ``s² (1 + η²) = 1`` holds to one
+    rounding and the retraction adds no drift of its own in float32 (``eta`` holds only ``k`` numbers).
+    """
+    e = eta.double()
+    r = torch.hypot(torch.ones_like(e), e)
+    return (1.0 / r).to(eta.dtype), (-(e / r) * (e / (1.0 + r))).to(eta.dtype)

@@ -57,7 +57,7 @@ SCHEDULES: dict[str, tuple[str, str]] = {
 
 _DEFAULT_STEPS = {"cubic": 30, "keller_jordan": 5, "polar_express": 10}
 
-#: The Keller Jordan band: ``(min, max)`` of ``p⁵(x)`` over ``x in [1e-3, 1]`` for the quintic
+#: The Keller Jordan band, ``(min, max)`` of ``p⁵(x)`` over ``x in [1e-3, 1]`` for the quintic
 #: ``p(x) = 3.4445 x - 4.7750 x³ + 2.0315 x⁵`` iterated 5 times (Muon's default), i.e. where the singular
 #: values of a 5-step Newton–Schulz msign lie when those of ``G / ‖G‖_F`` lie in ``[1e-3, 1]``. Measured
 #: once by iterating the scalar polynomial on 2,000,001 geometrically spaced starting values (float64):
@@ -216,7 +216,7 @@ def scalar_map(x: Any, ns_coefficients: Any = "polar_express", ns_steps: int | N
 
     Args:
         x: array-like of reals (any shape).
-        ns_coefficients: schedule name or sequence of triples, as in :func:`svmuon.orthogonal.msign`.
+        ns_coefficients: schedule name or sequence of triples, as in :func:`svmuon.orthogonal.msign.msign`.
         ns_steps: number of steps; default :func:`default_steps`.
 
     Returns:

@@ -14,7 +14,7 @@ retraction along the partial isometry ``O`` (book equation ``eq-orth-retraction`
 
 which is exact also when ``O`` is rank-deficient (always the case for odd n: a skew matrix of odd order
 is singular). :class:`Orthogonal` is the ``m = n`` case of :class:`svmuon.orthogonal.base.Manifold`; its
-kernels are what :class:`svmuon.optim.ManifoldMuon` runs. Nothing here holds optimizer state.
+kernels are what :class:`svmuon.optim.manifold_muon.ManifoldMuon` runs. Nothing here holds optimizer state.
 """
 
 from __future__ import annotations
@@ -96,12 +96,13 @@ def drift_factor(sigma_range: tuple[float, float]) -> float:
 class Orthogonal(Manifold):
     """The orthogonal group ``O(n) = {W ∈ R^{n×n} : WᵀW = I}``, batched over leading dimensions.
 
-    Holds only the choice of msign route for :meth:`steepest_direction` and :meth:`skew_direction` (no
+    Holds only the choice of msign route for :meth:`~svmuon.orthogonal.base.Manifold.steepest_direction` and
+    :meth:`skew_direction` (no
     optimizer state); every method is a pure function of its arguments, accepts shape ``(..., n, n)`` and
     keeps dtype and device.
 
     Args:
-        msign_method: ``"svd"`` (exact, default) or ``"newton_schulz"``; see :func:`svmuon.orthogonal.msign`.
+        msign_method: ``"svd"`` (exact, default) or ``"newton_schulz"``; see :func:`svmuon.orthogonal.msign.msign`.
         ns_steps: Newton–Schulz iterations (``None``: the schedule's default).
         ns_coefficients: Newton–Schulz schedule: ``"polar_express"``, ``"cubic"``, ``"keller_jordan"`` or
             explicit ``(a, b, c)`` triples.
@@ -180,7 +181,8 @@ class Orthogonal(Manifold):
         return O.numpy() if was_numpy else O
 
     def orthogonality_error(self, W: Any) -> torch.Tensor:
-        """``‖WᵀW - I‖_max`` per matrix, shape ``(...)`` (float64 accumulation), a tensor; as :meth:`defect`.
+        """``‖WᵀW - I‖_max`` per matrix, shape ``(...)`` (float64 accumulation), a tensor; as
+        :meth:`~svmuon.orthogonal.base.Manifold.defect`.
 
         Raises:
             TypeError: non-float ``W``. ValueError: non-square, empty or non-finite ``W``.
