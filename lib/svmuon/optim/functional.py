@@ -344,42 +344,54 @@ def manifold_muon_updates(
     flags = [correct] * len(params) if isinstance(correct, bool) else list(correct)
     for idx in _batches(params, grads, (flags,)):
         P = [params[i] for i in idx]
-        k, shape = len(idx), tuple(P[0].shape)
         new_B, U = _batch_momentum(idx, grads, momentum_buffers, momentum, nesterov)
         dt = is_dtensor(P[0])
         W = whole(P[0]).unsqueeze(0) if dt else _stack(P)  # FSDP2: the whole matrix, on every rank
-        flat = lambda T: T.reshape(-1, *T.shape[-2:])  # noqa: E731  (k, ..., m, n) -> (k·b, m, n)
-        Wc, Uc = manifold._to_canonical(flat(W)), manifold._to_canonical(flat(U.to(W.dtype)))
-        state = _stacked_state(manifold, Wc, [solver_states[i] if solver_states else {} for i in idx], shape)
-        d = manifold._direction(Wc, Uc, orthogonalize, state)
-        fin = torch.finfo(W.dtype)
-        damping = _damping(d.tangent_norm, torch.linalg.matrix_norm(Uc), math.sqrt(fin.eps) if eps is None else eps)
+        Wc, Uc = manifold._to_canonical(_flat(W)), manifold._to_canonical(_flat(U.to(W.dtype)))
+        state = _stacked_state(manifold, Wc, [solver_states[i] if solver_states else {} for i in idx], W.shape[1:])
+        d = manifold._direction(Wc, Uc, orthogonalize, state)  # eq-orth-direction on O(n)
+        eps_ = math.sqrt(torch.finfo(W.dtype).eps) if eps is None else eps
+        damping = _damping(d.tangent_norm, torch.linalg.matrix_norm(Uc), eps_)  # the eps rule
         eta = (lr * damping).to(W.dtype)[:, None, None]
         W_new, defect = manifold._stabilize(manifold._retract_along(Wc, d.step, eta), flags[idx[0]])
         W_new = manifold._from_canonical(W_new).reshape(W.shape)
-        per = lambda T: T.reshape(k, -1)  # noqa: E731  per-matrix values (k·b,) -> (k, b)
-        drift_prev = torch.stack([_as_drift(drifts[i] if drifts else None, defect) for i in idx])[:, None]
-        tol = math.sqrt(fin.eps) if atol is None else atol
-        slack = manifold._step_slack(eta, orthogonalize)
-        tolerance = 2 * (tol + drift_prev) + (per(slack) if isinstance(slack, torch.Tensor) else slack)
-        excess = per(defect) - tolerance  # the check holds where <= 0 (and fails for NaN)
-        worst = excess.argmax(dim=1, keepdim=True)
+        drift_prev = torch.stack([_as_drift(drifts[i] if drifts else None, defect) for i in idx])
+        on_manifold, worst_defect, worst_tol = _point_check(defect, drift_prev, eta, manifold, orthogonalize, atol)
         # a NaN/Inf in g, B or B' reaches U; U is checked itself (the SVD route reads NaN as 0)
-        plan.add_batch([_label(labels, i) for i in idx], [U, W_new, per(d.tangent_norm)],
-                       on_manifold=(excess <= 0).all(dim=1),
-                       defect=per(defect).gather(1, worst)[:, 0], tolerance=tolerance.expand_as(excess).gather(1, worst)[:, 0])
-        new_drift = torch.zeros_like(drift_prev[:, 0]) if flags[idx[0]] else per(defect).amax(dim=1)
+        plan.add_batch([_label(labels, i) for i in idx], [U, W_new, d.tangent_norm.reshape(len(idx), -1)],
+                       on_manifold=on_manifold, defect=worst_defect, tolerance=worst_tol)
+        new_drift = torch.zeros_like(drift_prev) if flags[idx[0]] else defect.reshape(len(idx), -1).amax(dim=1)
         info = {"tangent_norm": d.tangent_norm, "damping": damping, "defect": defect, **d.info}
-        for j, (p, i) in enumerate(zip(P, idx)):
-            plan.write(p, shard_like(W_new[j], p) if dt else W_new[j])
+        for j, i in enumerate(idx):
+            plan.write(params[i], shard_like(W_new[j], params[i]) if dt else W_new[j])
             plan.write(momentum_buffers[i], new_B[j])
             if drifts is not None and isinstance(drifts[i], torch.Tensor):
                 plan.write(drifts[i], new_drift[j])
+            rows = lambda values: {key: _row(v, len(idx), j, W.shape[1:]) for key, v in values.items()}  # noqa: E731
             if solver_states is not None:
-                _plan_state(plan, solver_states[i], {key: _row(v, k, j, shape) for key, v in d.state.items()})
+                _plan_state(plan, solver_states[i], rows(d.state))
             if infos is not None:
-                _plan_state(plan, infos[i], {key: _row(v, k, j, shape) for key, v in info.items()}, copy=False)
+                _plan_state(plan, infos[i], rows(info), copy=False)
     return plan
+
+
+def _flat(T: torch.Tensor) -> torch.Tensor:
+    """``(k, ..., m, n) -> (k·b, m, n)``: every matrix of a batch of parameters as one batch of matrices."""
+    return T.reshape(-1, *T.shape[-2:])
+
+
+def _point_check(defect: torch.Tensor, drift_prev: torch.Tensor, eta: torch.Tensor, manifold: Any,
+                 orthogonalize: Any, atol: float | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per parameter (``k`` of them, ``b`` matrices each): ``defect <= 2 (atol + drift) + slack`` for every
+    matrix, and the defect and tolerance of its worst matrix (for the error message)."""
+    k = drift_prev.shape[0]
+    tol = math.sqrt(torch.finfo(defect.dtype).eps) if atol is None else atol
+    slack = manifold._step_slack(eta, orthogonalize)
+    slack = slack.reshape(k, -1) if isinstance(slack, torch.Tensor) else slack
+    tolerance = (2 * (tol + drift_prev[:, None]) + slack).expand(k, defect.numel() // k)
+    excess = defect.reshape(k, -1) - tolerance  # the check holds where <= 0 (and fails for NaN)
+    worst = excess.argmax(dim=1, keepdim=True)
+    return (excess <= 0).all(dim=1), defect.reshape(k, -1).gather(1, worst)[:, 0], tolerance.gather(1, worst)[:, 0]
 
 
 def _row(v: torch.Tensor, k: int, j: int, shape: tuple[int, ...]) -> torch.Tensor:
