@@ -377,3 +377,30 @@ def test_one_host_sync_per_step_cuda():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert len([w for w in caught if "synchroniz" in str(w.message)]) <= 1
+
+
+def test_functional_muon_is_the_optimizer_step():
+    # the torch-style functional API on plain lists gives exactly the shell's step (same kernels, same order)
+    from svmuon.orthogonal import Orthogonalizer
+
+    params = make_params()
+    opt = Muon(params, lr=0.03, weight_decay=0.1, momentum=0.9)
+    mirror = [p.detach().clone() for p in params]
+    bufs = [torch.zeros_like(p) for p in mirror]
+    orth = Orthogonalizer("newton_schulz", ns_coefficients=KJ, ns_steps=5)
+    for t in range(3):
+        grads = grads_for(t)
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        opt.step()
+        functional.muon(mirror, grads, bufs, lr=0.03, weight_decay=0.1, momentum=0.9, nesterov=True,
+                        orthogonalize=orth, eps=1e-7, adjust_lr_fn=None)
+    for p, q in zip(params, mirror):
+        assert torch.equal(p.detach(), q)
+    bad = grads_for(3)
+    bad[0][0, 0] = float("nan")
+    before = [q.clone() for q in mirror]
+    with pytest.raises(NonFiniteUpdateError, match="parameter 0"):
+        functional.muon(mirror, bad, bufs, lr=0.03, weight_decay=0.1, momentum=0.9, nesterov=True,
+                        orthogonalize=orth, eps=1e-7, adjust_lr_fn=None)
+    assert all(torch.equal(a, b) for a, b in zip(mirror, before))

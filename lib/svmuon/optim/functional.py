@@ -441,10 +441,11 @@ def _stacked_state(manifold: Any, W: torch.Tensor, states: list[dict[str, torch.
 
 
 def _plan_state(plan: StepPlan, target: dict[str, torch.Tensor], new: dict[str, torch.Tensor], copy: bool = True) -> None:
-    """At commit, copy into existing same-shape tensors of ``target``, else store (a clone of) the new value."""
+    """At commit, copy into existing same-shape tensors of ``target`` and store a clone where there is none
+    (solver state, ``copy``); or store the new value itself, a view of the batch result (diagnostics)."""
     for key, value in new.items():
         old = target.get(key)
         if copy and isinstance(old, torch.Tensor) and old.shape == value.shape:
             plan.write(old, value)
         else:
-            plan.on_commit(lambda t=target, k=key, v=value: t.__setitem__(k, v.clone()))
+            plan.on_commit(lambda t=target, k=key, v=value: t.__setitem__(k, v.clone() if copy else v))
