@@ -6,8 +6,8 @@ _EXPORTS = {
     "Muon": "svmuon.optim.muon",
     "ManifoldMuon": "svmuon.optim.manifold_muon",
     "OrthogonalMuon": "svmuon.optim.manifold_muon",
-    "NonFiniteUpdateError": "svmuon.optim.functional",
-    "OffManifoldError": "svmuon.optim.functional",
+    "NonFiniteUpdateError": "svmuon.optim.plan",
+    "OffManifoldError": "svmuon.optim.plan",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

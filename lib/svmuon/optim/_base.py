@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch.optim.optimizer import _to_scalar
 
-from svmuon.optim.functional import StepPlan, raise_for
+from svmuon.optim.plan import StepPlan, raise_for
 
 NAN_POLICIES = ("raise", "skip")
 
@@ -124,10 +124,10 @@ class MatrixOptimizer(torch.optim.Optimizer):
         """One step on every parameter with a gradient (parameters without one are untouched).
 
         Every update is computed first; one host synchronisation then checks them all; only then is
-        anything written. A non-finite update raises :class:`~svmuon.optim.functional.NonFiniteUpdateError`
+        anything written. A non-finite update raises :class:`~svmuon.optim.plan.NonFiniteUpdateError`
         naming the parameter (or, with ``nan_policy="skip"`` for its group, skips the whole step and
         counts it in ``skipped_steps``); a point that left its manifold raises
-        :class:`~svmuon.optim.functional.OffManifoldError`. Either way no parameter, buffer or counter
+        :class:`~svmuon.optim.plan.OffManifoldError`. Either way no parameter, buffer or counter
         changes.
         """
         loss = None

@@ -78,7 +78,7 @@ class ManifoldMuon(MatrixOptimizer):
             CUDA (the fast path: msign in bf16, ``W`` and the retraction in the parameter's dtype).
         polar_every: a Björck correction every this many steps (0: never). Default 1 (module docstring).
         nan_policy: ``"raise"`` (default): a non-finite update raises
-            :class:`~svmuon.optim.functional.NonFiniteUpdateError`; ``"skip"``: the whole step is skipped
+            :class:`~svmuon.optim.plan.NonFiniteUpdateError`; ``"skip"``: the whole step is skipped
             (counted in ``skipped_steps``). In both cases no parameter or state changes.
         atol: tolerance of the point checks: ``‖WᵀW - I‖_max <= atol`` at construction, and at every step
             ``<= 2 (atol + drift) + slack`` (module docstring). Default ``√eps`` of the parameter's dtype

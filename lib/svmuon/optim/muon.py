@@ -29,7 +29,7 @@ Tensor ``lr`` and schedulers, named parameters, hooks, ``deepcopy``, state-dict 
   orthogonaliser is resolved once per option set (no option parsing in a step).
 * a step is atomic and costs one host synchronisation: all updates are computed, checked together, and
   only then written. A NaN/Inf gradient, a momentum that overflows, or a NaN buffer from a checkpoint
-  raises :class:`~svmuon.optim.functional.NonFiniteUpdateError` naming the parameter (its name if the
+  raises :class:`~svmuon.optim.plan.NonFiniteUpdateError` naming the parameter (its name if the
   optimizer was given ``named_parameters()``), with nothing changed (``nan_policy="skip"`` skips the step
   instead and counts it in ``skipped_steps``); torch.optim.Muon writes the NaN into the weights.
 * bad input is refused at construction with a message naming the parameter: non-2-D, complex, integer
@@ -75,7 +75,7 @@ class Muon(MatrixOptimizer):
     Raises:
         ValueError: a parameter that is not 2-D (use ``torch.optim.AdamW`` for biases, gains and other
             non-matrix parameters), bad hyperparameters; at ``step()``, a non-finite update
-            (:class:`~svmuon.optim.functional.NonFiniteUpdateError`, nothing is changed then).
+            (:class:`~svmuon.optim.plan.NonFiniteUpdateError`, nothing is changed then).
         TypeError: complex, integer or non-tensor parameters; sparse gradients at ``step()``.
 
     References:
