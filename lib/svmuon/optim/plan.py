@@ -27,7 +27,8 @@ class OffManifoldError(ValueError):
 class StepPlan:
     """The proposed new values of one optimizer step, verified with one host synchronisation, then committed.
 
-    Built by :func:`~svmuon.optim.functional.muon_updates` / :func:`~svmuon.optim.functional.manifold_muon_updates` (several calls may add to one plan).
+    Built by :func:`~svmuon.optim.functional.muon_updates` and
+    :func:`~svmuon.optim.functional.manifold_muon_updates` (several calls may add to one plan).
     Holds ``(target, value)`` pairs to copy, one boolean tensor per batch of parameters (finite update,
     still on the manifold), and the labels that name the parameters in an error.
     """
