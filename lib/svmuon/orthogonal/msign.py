@@ -47,7 +47,7 @@ def msign(
 ) -> Any:
     """Polar factor ``U_r V_rᵀ`` of a real matrix or a batch of matrices (eq-msign).
 
-    Gradients: ``method="svd"`` has its own backward (:mod:`svmuon.orthogonal._polar_grad`), finite also at
+    Gradients: ``method="svd"`` has its own backward (``svmuon.orthogonal._polar_grad``), finite also at
     repeated singular values (every orthogonal matrix): for full-rank ``G = U Σ Vᵀ`` and incoming gradient C,
     ``U Γ Vᵀ`` with ``Γ_ij = (A_ij - A_ji)/(σ_i + σ_j)``, ``A = Uᵀ C V``, plus ``(I - UUᵀ) C V Σ⁻¹ Vᵀ`` (tall)
     or ``U Σ⁻¹ Uᵀ C (I - VVᵀ)`` (wide). At rank-deficient ``G`` msign has no derivative (it jumps when a zero
