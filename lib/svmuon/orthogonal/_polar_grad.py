@@ -2,9 +2,9 @@
 
 ``torch.linalg.svd``'s own backward divides by ``σ_i² - σ_j²``, so the gradient of ``U Vᵀ`` is NaN at every
 matrix with a repeated singular value: every orthogonal matrix, every ``c·Q``. The polar factor itself is
-smooth there (higham2008functions, ch. 8): it only depends on the singular *subspaces* through sums
-``σ_i + σ_j``. :func:`polar_factor_svd` computes the forward exactly as before and differentiates it by the
-formulas below (book chapter "Muon on the orthogonal group", section on the gradient of msign).
+smooth there (higham2008functions, ch. 8), and its derivative involves only sums ``σ_i + σ_j``.
+:func:`polar_factor_svd` computes the forward with ``torch.linalg.svd`` and differentiates it by the formulas
+below (book chapter "Steepest descent under the spectral norm", section "Differentiating msign").
 
 Derivation. Let ``X = U Σ Vᵀ`` (thin SVD, ``k = min(m, n)``), full rank, ``Q = U Vᵀ``. With
 ``H = (XᵀX)^{1/2} = V Σ Vᵀ`` for tall or square X, ``Q = X H⁻¹``, so ``dQ = dX H⁻¹ - Q dH H⁻¹``. In the
@@ -29,7 +29,7 @@ triplets above the cutoff (``keep``), and the backward returns the derivative of
 in place of ``U, Σ, V``, so ``I - U_rU_rᵀ`` includes the dropped columns of ``U``. It is the derivative of
 msign restricted to the manifold of rank-``r`` matrices; its ``U_⊥ᵀ X̄ V_⊥`` block (the rank-changing
 directions, where msign jumps) is zero. Dropped singular values that are small but not zero (below
-``rcond·σ_max``) change the computed map's true derivative only by a relative ``O(σ_dropped/σ_kept)``.
+``rcond·σ_max``) change the computed map's true derivative only by a relative ``O(σ_dropped/σ_r)``.
 Where nothing is kept (``X = 0``) the gradient is zero.
 
 ``complete=True`` (square only) returns the full ``U Vᵀ`` even when some ``σ_i = 0``: one of the nearest
@@ -62,19 +62,25 @@ def polar_factor_svd(X: torch.Tensor, rcond: float, *, complete: bool = False) -
     ``complete=True`` (square X only) returns ``U Vᵀ`` with every singular value replaced by one, zero ones
     included. Unchecked (callers validate); see the module docstring for the backward.
     """
-    return _PolarSVD.apply(X, float(rcond), bool(complete))
+    if complete and X.shape[-1] != X.shape[-2]:
+        raise ValueError(f"complete=True needs square matrices, got shape {tuple(X.shape)}")
+    if torch.is_grad_enabled() and X.requires_grad:
+        return _PolarSVD.apply(X, float(rcond), bool(complete))
+    return _forward(X, float(rcond), bool(complete))[0]  # no graph wanted: skip the Function's overhead
+
+
+def _forward(X: torch.Tensor, rcond: float, complete: bool):
+    U, S, Vh = torch.linalg.svd(X, full_matrices=False)
+    keep = S > rcond * S[..., :1]  # s_max = S[..., 0]; S == 0 everywhere -> nothing kept
+    if complete:
+        keep = torch.ones_like(keep)
+    return (U * keep.to(X.dtype).unsqueeze(-2)) @ Vh, U, S, Vh, keep
 
 
 class _PolarSVD(torch.autograd.Function):
     @staticmethod
     def forward(ctx, X: torch.Tensor, rcond: float, complete: bool) -> torch.Tensor:  # type: ignore[override]
-        U, S, Vh = torch.linalg.svd(X, full_matrices=False)
-        keep = S > rcond * S[..., :1]  # s_max = S[..., 0]; S == 0 everywhere -> nothing kept
-        if complete:
-            if X.shape[-1] != X.shape[-2]:
-                raise ValueError(f"complete=True needs square matrices, got shape {tuple(X.shape)}")
-            keep = torch.ones_like(keep)
-        out = (U * keep.to(X.dtype).unsqueeze(-2)) @ Vh
+        out, U, S, Vh, keep = _forward(X, rcond, complete)
         ctx.save_for_backward(X, U, S, Vh, keep)
         return out
 
