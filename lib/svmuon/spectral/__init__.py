@@ -16,6 +16,8 @@ _EXPORTS = {
     "entropy_variance": "svmuon.spectral.theory",
     "delta_method_variance": "svmuon.spectral.theory",
     "expected_power_sum": "svmuon.spectral.theory",
+    "entropy_asymptotics": "svmuon.spectral.theory",
+    "EntropyAsymptotics": "svmuon.spectral.theory",
     "entropy_statistics": "svmuon.spectral.monte_carlo",
     "EntropyStatistics": "svmuon.spectral.monte_carlo",
     "spectral_report": "svmuon.spectral.report",
