@@ -18,6 +18,7 @@ _EXPORTS = {
     "expected_power_sum": "svmuon.spectral.theory",
     "entropy_asymptotics": "svmuon.spectral.theory",
     "EntropyAsymptotics": "svmuon.spectral.theory",
+    "entropy_density": "svmuon.spectral.small_n",
     "entropy_statistics": "svmuon.spectral.monte_carlo",
     "EntropyStatistics": "svmuon.spectral.monte_carlo",
     "spectral_report": "svmuon.spectral.report",
