@@ -65,7 +65,7 @@ def test_n3_top_value_and_largest_at_log3():
     # and near it ρ_3(log 3 - e) = top (1 - 5e/6 + O(e²)) (the fourth-order expansion of H at the centre)
     for e in (1e-3, 1e-5, 1e-7):
         assert entropy_density(L3 - e, 3) == pytest.approx(top * (1 - 5 * e / 6), rel=1e-8 + e * e)
-    h = np.linspace(1e-3, L3 - 1e-6, 1000)
+    h = np.linspace(1e-3, L3 - 1e-6, 500)
     r = entropy_density(h, 3)
     assert np.all(np.diff(r) > 0) and r.max() < top  # increasing: largest at log 3 (measured, fine grid)
 

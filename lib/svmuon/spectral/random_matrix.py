@@ -141,8 +141,8 @@ def gaussian_entropy_limit(aspect_ratio: float, *, q: float = 1.0, power: float 
     Returns:
         The limit in nats (a Python float, <= 0 by Jensen's inequality), book eq. ``eq-gaussian-limit``:
         ``(q log E[y] - log E[y^q])/(q - 1)`` with ``y = x^(power/2)``, x ~ Marchenko–Pastur(λ); for q = 1
-        ``log E[y] - E[y log y]/E[y]``. The value is continuous in q: for 0 < |q - 1| < 1/2 it is computed
-        as ``log E[y] - log1p(δ M) / δ`` with δ = q - 1 and ``M = E[y expm1(δ log y)/δ] / E[y]``, which has
+        ``log E[y] - E[y log y]/E[y]``. The value is continuous in q: for δ = q - 1 with 0 < abs(δ) < 1/2 it
+        is computed as ``log E[y] - log1p(δ M) / δ`` with ``M = E[y expm1(δ log y)/δ] / E[y]``, which has
         no 0/0 as q -> 1; for q > 1, E[y^q] is scaled by the edge b so that it cannot overflow. Examples:
         λ = 1, power = 2, q = 2 gives ``-log 2``; λ → 0 gives 0 (the spectrum of a very flat matrix is flat).
 

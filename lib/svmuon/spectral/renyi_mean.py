@@ -1,12 +1,12 @@
 """The exact mean Rényi entropy E[H_q(p)] of a uniform point p of the simplex, for every order q in [0, ∞].
 
 Book chapter "Rényi entropies and the spread", theorem ``thm-renyi-mean``. With x_i i.i.d. Exp(1),
-S = Σ x_i ~ Gamma(n, 1) and T_q = Σ x_i^q (theorem ``thm-exp-simplex``),
+S = Σ x_i ~ Gamma(n, 1) and T_q = Σ x_i^q (theorem ``thm-exp-simplex``)::
 
     E[H_q] = (q E[log S] - E[log T_q]) / (q - 1),   E[log S] = ψ(n),
 
 and Frullani's integral log a = ∫_0^∞ (e^{-t} - e^{-ta}) dt / t turns E[log T_q] into one integral over t of
-the n-th power of the Laplace transform φ_q(t) = E[exp(-t x^q)] (the terms of T_q are independent):
+the n-th power of the Laplace transform φ_q(t) = E[exp(-t x^q)] (the terms of T_q are independent)::
 
     E[log T_q] = ∫_0^∞ (e^{-t} - φ_q(t)^n) dt / t                                   (eq-frullani-mean)
 

@@ -134,7 +134,7 @@ def expected_entropy(n: Any, q: Any = 1.0) -> float | np.ndarray:
     * every other q, q = ∞ included: book theorem ``thm-renyi-mean``, E[H_q] = (q ψ(n) - E[log Σ x_i^q]) /
       (q - 1) with x_i ~ Exp(1), and E[log Σ x_i^q] as one integral over t of the n-th power of
       φ_q(t) = E[exp(-t x^q)] (Frullani's integral, eq. ``eq-frullani-mean``); at q = ∞ this is
-      ψ(n) - E[log max_i x_i]. Evaluated by :mod:`svmuon.spectral.renyi_mean` to about 1e-14 relative
+      ψ(n) - E[log max_i x_i]. Evaluated by ``svmuon.spectral.renyi_mean`` to about 1e-14 relative
       (tested against mpmath to 1e-10 for n up to 10⁶); about 50 ms per order q, any number of n.
 
     The result is continuous in q (also through q = 1) and non-increasing in q, from log n at q = 0 to the
@@ -302,12 +302,13 @@ def expected_power_sum(n: Any, q: Any) -> float | np.ndarray:
 class EntropyAsymptotics(NamedTuple):
     """Large-n constants of H_q(p), p uniform on Δ^{n-1} (float or float64 arrays, one entry per order q).
 
-    Attributes:
-        mean_correction: c(q), E[H_q] = mean field + c(q)/n + O(n^-2) (eq. ``eq-mean-correction``).
-        variance: V(q), Var[H_q] = V(q)/n + O(n^-2) (the delta-method factor, eq. ``eq-delta-variance``).
-        third_cumulant: K(q), κ_3[H_q] = K(q)/n² + O(n^-3).
-        skewness: K / V^{3/2} = lim sqrt(n) · skewness of H_q (eq. ``eq-skewness-limit``).
-        mode_offset: -K / (2V) = lim n · (mode - mean) of the density of H_q (eq. ``eq-mode-offset``).
+    The five fields, in order:
+
+    - ``mean_correction``: c(q), E[H_q] = mean field + c(q)/n + O(n^-2) (eq. ``eq-mean-correction``);
+    - ``variance``: V(q), Var[H_q] = V(q)/n + O(n^-2) (the delta-method factor, eq. ``eq-delta-variance``);
+    - ``third_cumulant``: K(q), κ_3[H_q] = K(q)/n² + O(n^-3);
+    - ``skewness``: K / V^{3/2} = lim sqrt(n) · skewness of H_q (eq. ``eq-skewness-limit``);
+    - ``mode_offset``: -K / (2V) = lim n · (mode - mean) of the density of H_q (eq. ``eq-mode-offset``).
     """
 
     mean_correction: float | np.ndarray
