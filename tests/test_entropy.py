@@ -112,6 +112,22 @@ def test_continuity_at_q_equal_one(dtype):
             assert abs(hq - h1 - slope * sign * delta) <= 2 * delta**2 + 50 * eps, (delta, sign)
 
 
+def test_near_one_matches_exactly_renormalised_mpmath():
+    # Erratum (chapter "Singular values and their entropy", "Evaluating near q = 1"): the float64 p below sums to
+    # 1 - 1.39e-17 exactly, the library returns H_q of p / Σp, so the reference must renormalise exactly; then the
+    # error stays at rounding level (< 1e-14 relative) for every q - 1 down to 1e-14, while the naive formula's
+    # error is ε/|q-1|, about 2e-3 at q - 1 = 1e-14 (not "order one").
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=torch.float64)
+    x = [mpmath.mpf(float(v)) for v in p]
+    assert abs(float(mpmath.fsum(x) - 1) + 1.3878e-17) < 1e-20
+    for delta in (1e-2, 1e-5, 1e-8, 1e-11, 1e-14):
+        q = mpmath.mpf(1 + delta)
+        exact = mpmath.log(mpmath.fsum((v / mpmath.fsum(x)) ** q for v in x)) / (1 - q)
+        assert abs(float(renyi_entropy(p, 1 + delta)) - exact) / exact < 1e-14
+        naive = math.log(float((p ** (1 + delta)).sum())) / (-delta)
+        assert float(abs(naive - exact) / exact) < (3e-3 if delta == 1e-14 else 1e-5)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_dtype_and_batch(dtype):
     p = torch.from_numpy(np.stack([dirichlet(7, np.random.default_rng(s)) for s in range(6)])).to(dtype).reshape(2, 3, 7)

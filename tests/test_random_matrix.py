@@ -200,3 +200,12 @@ def test_convergent_singular_moment_still_computed():
     s = -0.25
     expected = math.exp(math.lgamma(2 * s + 1) - math.lgamma(s + 1) - math.lgamma(s + 2))
     assert marchenko_pastur_moment(lambda x: x**s, 1.0) == pytest.approx(expected, rel=1e-8)
+
+
+def test_flat_matrix_limit_erratum():
+    # Erratum (chapter "Is higher entropy better?", exercise ex-real-flat-limit): the table has λ = 1/8, where the
+    # p ∝ σ limit is -0.0164 (mpmath in x), against the small-λ expansion -λ/8 = -0.0156; the difference is O(λ²).
+    assert gaussian_entropy_limit(1 / 8, power=1) == pytest.approx(_limit_by_mpmath(1 / 8, 1, 1), abs=1e-9)
+    assert round(gaussian_entropy_limit(1 / 8, power=1), 4) == -0.0164
+    for lam in (1e-2, 1e-3):  # -λ/8 + O(λ²)
+        assert abs(gaussian_entropy_limit(lam, power=1) + lam / 8) < lam**2

@@ -202,3 +202,14 @@ def test_asymptotic_skewness_matches_monte_carlo():
     n = 200
     st = entropy_statistics(n, 1.0, samples=300_000, generator=torch.Generator().manual_seed(11))
     assert abs(st.skewness - T.entropy_asymptotics(1.0).skewness / math.sqrt(n)) < 4 * st.skewness_stderr
+
+
+def test_mode_above_mean_field_constant_erratum():
+    # Erratum (chapter "The typical entropy"): the mode lies (c + mode offset)/n = 1.380/n above the mean field,
+    # so "log n - 0.4228 is accurate to 1e-3" holds only for n >= 1380, not for "hundreds" of singular values.
+    # Expected value from the closed forms 1/2 and (10 + π²/2 - 12ζ(3)) / (2(π²/3 - 3)) in mpmath.
+    with mp.workdps(30):
+        expected = float(mp.mpf(1) / 2 + (10 + mp.pi**2 / 2 - 12 * mp.zeta(3)) / (2 * (mp.pi**2 / 3 - 3)))
+    a = T.entropy_asymptotics(1.0)
+    assert a.mean_correction + a.mode_offset == pytest.approx(expected, abs=1e-12)
+    assert 1379 < expected / 1e-3 < 1381
