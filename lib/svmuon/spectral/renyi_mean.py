@@ -37,7 +37,8 @@ from scipy import special
 _EULER = float(np.euler_gamma)
 _H_V = 0.15  # trapezoid step in v = log x (inner integrals); analyticity strip >= π/3 wide: error ~ e^{-2π·0.9/0.15}
 _H_U = 0.25  # step in u = log t (near-one form); strip π/2: error ~ e^{-2π·1.4/0.25} ~ 1e-15
-_H_W = 0.05  # step in w (large-q form); narrowed to 0.35 / log n for large n, where Φ^n steepens like 1/log n
+_H_W = 0.05  # step in w (large-q form); narrowed to _H_W_LOG / log n for large n, where Φ^n steepens like 1/log n
+_H_W_LOG = 0.35
 _TAIL = 45.0  # integrands are cut where they fall below e^{-45} ~ 3e-20 (absolute)
 _CHUNK = 1 << 22  # entries of an (n, grid) block evaluated at once: bounds memory at ~32 MiB per temporary
 
@@ -118,7 +119,7 @@ def _mean_large_q(n: np.ndarray, q: float) -> np.ndarray:
     n_min, n_max = float(n.min()), float(n.max())
     r = 0.0 if math.isinf(q) else 1.0 / q
     hi = max(math.log(_TAIL) + 1.0, special.gammaln(1.0 + r) + 40.0 / n_min + 1.0)  # Φ^n ~ (Γ(1+1/q) e^{-w})^n
-    w, h = _trapezoid_grid(-_TAIL + 3.0, hi, min(_H_W, 0.35 / math.log(n_max)))
+    w, h = _trapezoid_grid(-_TAIL + 3.0, hi, min(_H_W, _H_W_LOG / math.log(n_max)))
     log_cdf = _log_cdf_large_q(q, w)
     head = np.expm1(-np.exp(w))  # exp(-e^w) - 1
     out = np.empty_like(n)
