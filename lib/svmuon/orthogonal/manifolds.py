@@ -197,6 +197,11 @@ class Orthogonal(Manifold):
         orthogonal matrix is not unique and msign is only a partial isometry; then ``U Vᵀ`` from a full
         SVD is returned (one of the minimisers).
 
+        Differentiable through msign's SVD backward (finite at orthogonal ``W``). In the singular fallback the
+        backward is ``U Γ Vᵀ`` with ``Γ_ij = 0`` where ``σ_i + σ_j = 0``: for one zero singular value the limit
+        of the derivative from the invertible side the returned ``U Vᵀ`` belongs to; for two or more (no
+        derivative: the pairing of the null spaces is arbitrary) that pairing is held fixed.
+
         References:
             higham1986polar, schonemann1966procrustes.
         """
@@ -208,8 +213,9 @@ class Orthogonal(Manifold):
         # a dropped (exactly zero) direction v leaves QᵀQ - I = -vvᵀ: Frobenius error >= 1, unlike the max norm
         I = _eye_like(Q)
         if bool((torch.linalg.matrix_norm(Q.mT @ Q - I) > 0.5).any()):
-            U, _, Vh = torch.linalg.svd(Wt.double())
-            Q = (U @ Vh).to(Wt.dtype)
+            from svmuon.orthogonal._polar_grad import polar_factor_svd  # U Vᵀ of a full SVD, differentiable
+
+            Q = polar_factor_svd(Wt.double(), 0.0, complete=True).to(Wt.dtype)
         return Q.numpy() if was_numpy else Q
 
     def polar_correction(self, W: Any) -> Any:

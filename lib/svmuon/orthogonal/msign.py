@@ -27,12 +27,14 @@ huge, with no additive epsilon; for ``c`` a power of two the results are bitwise
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from typing import Any, Sequence
 
 import torch
 
 from svmuon._validation import as_tensor, check_finite, check_float, check_int, check_matrix
+from svmuon.orthogonal._polar_grad import polar_factor_svd
 from svmuon.orthogonal.coefficients import default_steps, output_max, resolve_coefficients
 
 __all__ = ["msign", "Orthogonalizer", "power_of_two_scale"]
@@ -53,6 +55,14 @@ def msign(
     coefficients: Any = _UNSET,
 ) -> Any:
     """Polar factor ``U_r V_rᵀ`` of a real matrix or a batch of matrices (eq-msign).
+
+    Gradients: ``method="svd"`` has its own backward (``svmuon.orthogonal._polar_grad``), finite also at
+    repeated singular values (every orthogonal matrix): for full-rank ``G = U Σ Vᵀ`` and incoming gradient C,
+    ``U Γ Vᵀ`` with ``Γ_ij = (A_ij - A_ji)/(σ_i + σ_j)``, ``A = Uᵀ C V``, plus ``(I - UUᵀ) C V Σ⁻¹ Vᵀ`` (tall)
+    or ``U Σ⁻¹ Uᵀ C (I - VVᵀ)`` (wide). At rank-deficient ``G`` msign has no derivative (it jumps when a zero
+    singular value becomes positive); the backward is then the derivative of the computed map, which keeps the
+    triplets above the ``rcond`` cutoff: msign restricted to matrices of that rank. Second derivatives raise
+    ``RuntimeError``. ``method="newton_schulz"`` is differentiated by autograd through its matrix products.
 
     Args:
         G: tensor or NumPy array of shape ``(..., m, n)``, real floating dtype (float16, bfloat16, float32,
@@ -224,14 +234,16 @@ def _msign_svd(T: torch.Tensor, rcond: float | None) -> torch.Tensor:
     if rcond is None:
         rcond = max(m, n) * torch.finfo(work.dtype).eps
     else:
-        if isinstance(rcond, bool) or not isinstance(rcond, (int, float)):
+        if isinstance(rcond, bool) or not isinstance(rcond, numbers.Real):  # NumPy scalars are Real
             raise TypeError(f"rcond must be a real number, got {type(rcond).__name__}")
+        try:
+            rcond = float(rcond)  # NumPy float32/int64 alike; then compared and multiplied as a Python float
+        except OverflowError:
+            raise ValueError("rcond must be finite and >= 0, got an integer beyond the float64 range") from None
         if not (0 <= rcond < float("inf")):
             raise ValueError(f"rcond must be finite and >= 0, got {rcond}")
     X = work / _power_of_two_scale(work)
-    U, S, Vh = torch.linalg.svd(X, full_matrices=False)
-    keep = (S > rcond * S[..., :1]).to(X.dtype)  # s_max = S[..., 0]; S == 0 everywhere -> keep = 0
-    out = (U * keep.unsqueeze(-2)) @ Vh
+    out = polar_factor_svd(X, rcond)  # U diag(1[S > rcond s_max]) Vh; backward finite at repeated S
     return out.to(T.dtype)
 
 
