@@ -82,7 +82,17 @@ def test_one_step_matches_formula(gen):
     torch.testing.assert_close(W.detach(), W1 @ (I - 0.2 * O) @ (I - P + P / math.sqrt(1 + 0.2**2)), rtol=0, atol=1e-13)
 
 
-def test_descends_on_procrustes(gen):
+@pytest.fixture
+def one_thread():
+    """Tiny matrices: one thread avoids spin-waits of a second one on a busy machine (restored after)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.slow  # 400 steps with autograd: ~7 s on the shared machine
+def test_descends_on_procrustes(gen, one_thread):
     # minimise ‖WA - B‖_F² over O(n); answer key: the SVD solution msign(B Aᵀ) (schonemann1966procrustes)
     n = 5
     A = torch.randn(n, 40, generator=gen, dtype=torch.float64)

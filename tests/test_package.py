@@ -28,6 +28,7 @@ def test_unknown_name_raises_attribute_error():
         svmuon.no_such_name  # noqa: B018
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch: 5-10 s on the shared machine
 def test_import_is_lazy():
     # `import svmuon` and `from svmuon import Muon` pull in none of the heavy modules (the import-time budget,
     # 0.3 s over torch, is measured by `python -m svmuon.bench muon-step`)
@@ -37,6 +38,7 @@ def test_import_is_lazy():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow  # two fresh interpreters per entry point, each importing torch
 @pytest.mark.parametrize("entry", ["svmuon.bench", "svmuon.experiments"])
 def test_entry_points_list_their_commands(entry):
     out = subprocess.run([sys.executable, "-m", entry, "--help"], capture_output=True, text=True)
