@@ -35,9 +35,11 @@ Subclass :class:`Manifold` and implement
   point, the update and the result, so a wide parameter can be handled as its transposed tall matrix.
 * ``_init_state(W) -> dict[str, Tensor]``: per-parameter solver state for a canonical batch ``W`` of
   shape ``(k, m, n)``, each value a tensor whose first dimension is ``k`` (e.g. a warm-start dual
-  variable ``X`` of shape ``(k, n, n)``). The optimizer keeps each parameter's slice in
-  ``optimizer.state[p]`` under the same key (saved by ``state_dict()``), stacks it for the next step, and
-  writes back the new values from :class:`Direction` ``.state`` when the step commits. Default: ``{}``.
+  variable ``X`` of shape ``(k, n, n)``; list the names in the class attribute ``state_keys``). The
+  optimizer keeps each parameter's slice in ``optimizer.state[p]["solver"][key]`` (saved by
+  ``state_dict()``, cast to the parameter's dtype by ``load_state_dict()``), stacks it for the next step,
+  and writes back the new values from :class:`Direction` ``.state`` when the step commits (never when it
+  is refused). Default: ``{}``.
 * ``_direction(W, U, orthogonalize, state) -> Direction``: the steepest direction for the ambient update
   ``U`` (both ``(k, m, n)``, canonical) with ``orthogonalize`` (an
   :class:`~svmuon.orthogonal.msign.Orthogonalizer`, ``X -> msign(X)``). ``step`` is whatever
