@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from svmuon.optim.distributed import is_dtensor, shard_like, whole
-from svmuon.optim.plan import StepPlan
+from svmuon.optim.plan import NonFiniteUpdateError, OffManifoldError, StepPlan  # noqa: F401  (also importable from here)
 
 __all__ = ["muon", "manifold_muon", "muon_updates", "manifold_muon_updates", "adjust_lr"]
 
