@@ -100,18 +100,26 @@ def _mean_near_one(n: np.ndarray, q: float) -> np.ndarray:
     return special.digamma(n) + out / (q - 1.0)
 
 
-def _log_cdf_large_q(q: float, w: np.ndarray) -> np.ndarray:
-    """log Φ(w), Φ(w) = E[1 - exp(-e^{-w} y^{1/q})] = φ_q(e^{qw}) (exactly 1 - exp(-e^{-w}) at q = ∞)."""
+def _log_cdf_large_q(q: float, w: np.ndarray, log_n: float) -> np.ndarray:
+    """log Φ(w), Φ(w) = E[1 - exp(-e^{-w} y^{1/q})] = φ_q(e^{qw}) (exactly 1 - exp(-e^{-w}) at q = ∞).
+
+    ``n log Φ`` must be right to ~e^{-45} for n up to e^{log_n}, so 1 - Φ = E exp(-e^{-w} y^{1/q}) is needed to an
+    absolute e^{-45}/n: the v grid starts at -(45 + log n), where the density e^{v - e^v} < e^v drops below that.
+    """
     s = np.exp(-w)
     if math.isinf(q):  # log(1 - e^{-s}): log1p where e^{-s} is small (keeps n · log Φ exact for n up to 1e6 and beyond)
         tail = s > math.log(2.0)
         return np.where(tail, np.log1p(-np.exp(-np.where(tail, s, 1.0))), np.log(-np.expm1(-np.where(tail, 1.0, s))))
-    v, hv = _trapezoid_grid(-_TAIL, 4.0, _H_V)
+    v, hv = _trapezoid_grid(-_TAIL - log_n, 4.0, _H_V)
     density = np.exp(v - np.exp(v))
-    arg = -s[:, None] * np.exp(v / q)[None, :]
-    psi = _trapezoid(density * np.exp(arg), hv)  # E exp(-s y^{1/q})
-    omega = _trapezoid(-density * np.expm1(arg), hv)  # 1 - psi, accurate when small
-    return np.where(omega < 0.5, np.log(np.where(omega > 0.0, omega, 1.0)), np.log1p(-psi))
+    out = np.empty_like(w)
+    rows = max(1, _CHUNK // v.size)
+    for start in range(0, w.size, rows):  # (w, v) blocks of bounded size
+        arg = -s[start:start + rows, None] * np.exp(v / q)[None, :]
+        psi = _trapezoid(density * np.exp(arg), hv)  # E exp(-s y^{1/q})
+        omega = _trapezoid(-density * np.expm1(arg), hv)  # 1 - psi, accurate when small
+        out[start:start + rows] = np.where(omega < 0.5, np.log(np.where(omega > 0.0, omega, 1.0)), np.log1p(-psi))
+    return out
 
 
 def _mean_large_q(n: np.ndarray, q: float) -> np.ndarray:
@@ -119,8 +127,17 @@ def _mean_large_q(n: np.ndarray, q: float) -> np.ndarray:
     n_min, n_max = float(n.min()), float(n.max())
     r = 0.0 if math.isinf(q) else 1.0 / q
     hi = max(math.log(_TAIL) + 1.0, special.gammaln(1.0 + r) + 40.0 / n_min + 1.0)  # Φ^n ~ (Γ(1+1/q) e^{-w})^n
-    w, h = _trapezoid_grid(-_TAIL + 3.0, hi, min(_H_W, _H_W_LOG / math.log(n_max)))
-    log_cdf = _log_cdf_large_q(q, w)
+    # left cut-off: there exp(-e^w) - Φ^n ~ n (1 - Φ), and 1 - Φ = E exp(-s y^{1/q}) (s = e^{-w}) is at most
+    # Γ(q+1) s^{-q} (drop e^{-y}), and at most 2^{-q} + exp(-s/2) (split at y^{1/q} = 1/2): below e^{-45}/n left of
+    # w = -(45 + log n + log Γ(q+1))/q, and left of -42 once 2^{-q} n < e^{-46} (the first bound is then loose)
+    log_n = math.log(n_max)
+    if math.isinf(q) or q * math.log(2.0) > _TAIL + log_n + 1.0:
+        lo = -_TAIL + 3.0
+    else:
+        lo = -max(_TAIL - 3.0, (_TAIL + log_n + special.gammaln(q + 1.0)) / q)
+    # Φ^n steepens like 1/log n (q = ∞, Gumbel) but no further than 1/q (for log n >> q, n(1 - Φ) ~ n Γ(q+1) e^{qw})
+    w, h = _trapezoid_grid(lo, hi, min(_H_W, _H_W_LOG / min(log_n, q)))
+    log_cdf = _log_cdf_large_q(q, w, log_n)
     head = np.expm1(-np.exp(w))  # exp(-e^w) - 1
     out = np.empty_like(n)
     rows = max(1, _CHUNK // w.size)
@@ -131,7 +148,7 @@ def _mean_large_q(n: np.ndarray, q: float) -> np.ndarray:
     psi_n = special.digamma(n)
     if math.isinf(q):
         return psi_n - out - _EULER
-    return q * (psi_n - out) / (q - 1.0) - _EULER
+    return (q / (q - 1.0)) * (psi_n - out) - _EULER  # q / (q - 1) first: no overflow for q near 1.8e308
 
 
 def mean_renyi_entropy(n: np.ndarray, q: float) -> np.ndarray:

@@ -135,7 +135,9 @@ def expected_entropy(n: Any, q: Any = 1.0) -> float | np.ndarray:
       (q - 1) with x_i ~ Exp(1), and E[log Σ x_i^q] as one integral over t of the n-th power of
       φ_q(t) = E[exp(-t x^q)] (Frullani's integral, eq. ``eq-frullani-mean``); at q = ∞ this is
       ψ(n) - E[log max_i x_i]. Evaluated by ``svmuon.spectral.renyi_mean`` to about 1e-14 relative
-      (tested against mpmath to 1e-10 for n up to 10⁶); about 50 ms per order q, any number of n.
+      (tested against mpmath to 1e-10 for n up to 10¹², and against the 1/n expansion up to n = 10³⁰⁰);
+      about 50 ms per order q, any number of n, for n up to ~10⁷; for q > 3/2 the grids grow with log n
+      (1-4 s at n = 10³⁰⁰, measured on a loaded 2-core CPU).
 
     The result is continuous in q (also through q = 1) and non-increasing in q, from log n at q = 0 to the
     mean min-entropy at q = ∞.
