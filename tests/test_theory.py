@@ -213,3 +213,24 @@ def test_mode_above_mean_field_constant_erratum():
     a = T.entropy_asymptotics(1.0)
     assert a.mean_correction + a.mode_offset == pytest.approx(expected, abs=1e-12)
     assert 1379 < expected / 1e-3 < 1381
+
+
+# Review fix: as q -> 0 the terms of V and K are O(1) and cancel to O(q²), O(q³); at 40 digits the skewness came out
+# as +44330 at q = 1e-15 and a TypeError (complex mpmath value) below ~1e-25. Independent route for the limit: for
+# small q, H_q - log n = q (mean log x - log mean x) + O(q²), a smooth function of the means of (x, log x) whose
+# gradient (-1, 1) is orthogonal in covariance to x (Cov(log x - x, x) = 1 - 1 = 0), so the second-order term drops
+# out and V/q² -> Var(log x - x) = π²/6 - 1, K/q³ -> κ₃(log x - x), integrated here against the Exp(1) density.
+# The next order is a relative O(q) <= 1e-12; 1e-10 leaves room for the quadrature's 30 digits rounded to float.
+@pytest.mark.parametrize("q", [1e-12, 1e-15, 1e-20, 1e-40, 1e-200, 5e-324])
+def test_asymptotics_small_order_limit(q):
+    with mp.workdps(30):
+        ey = -mp.euler - 1
+        k2 = mp.quad(lambda x: (mp.log(x) - x - ey) ** 2 * mp.exp(-x), [0, 1, mp.inf])
+        k3 = mp.quad(lambda x: (mp.log(x) - x - ey) ** 3 * mp.exp(-x), [0, 1, mp.inf])
+        skew, offset = float(k3 / k2**1.5), float(-k3 / (2 * k2))
+    a = T.entropy_asymptotics(q)
+    assert a.skewness == pytest.approx(skew, rel=1e-10)
+    assert a.mode_offset == pytest.approx(offset * q, rel=1e-10)
+    assert a.mean_correction == pytest.approx(q / 2, rel=1e-10)  # c(q) = q/2 + O(q²): Γ(2q+1)/Γ(q+1)² - 1 - q = O(q²)
+    if q > 1e-150:  # q² underflows below
+        assert a.variance == pytest.approx((math.pi**2 / 6 - 1) * q * q, rel=1e-10)

@@ -324,13 +324,18 @@ def _asymptotics_at(q: float) -> tuple[float, float, float, float, float]:
     """The five constants at one finite q > 0, q != 1 handled by continuity (see entropy_asymptotics)."""
     import mpmath
 
+    scale = mpmath.mpf(1)
+    if 0 < q < 1e-30:  # c, V, K are (q, q², q³) times constants up to a relative O(q): evaluate at 1e-30, rescale
+        scale, q = mpmath.mpf(q) / mpmath.mpf(1e-30), 1e-30
     delta = q - 1.0
     if q == 1.0 or abs(delta) < 1e-30:  # the Shannon values; |δ| < 1e-30 changes them by O(δ), far below rounding
         c = mpmath.mpf(1) / 2
         V, K = mpmath.pi**2 / 3 - 3, 12 * mpmath.zeta(3) - 10 - mpmath.pi**2 / 2
     else:
-        # the terms below are O(δ^-3) each and cancel to O(1): 40 + 3·digits(1/δ) digits keep 15 of them
-        with mpmath.workdps(40 + 3 * max(0, int(-math.log10(abs(delta))))):
+        # the terms below are O(δ^-3) each and cancel to O(1): 40 + 3·digits(1/δ) digits keep 15 of them; as q -> 0
+        # they are O(1) and cancel to V = O(q²), K = O(q³): 3·digits(1/q) more (at most 90, see above)
+        digits = 3 * max(0, int(-math.log10(abs(delta)))) + 3 * max(0, int(-math.log10(q)))
+        with mpmath.workdps(40 + digits):
             qm = mpmath.mpf(q)
             G, G2, G3 = mpmath.gamma(qm + 1), mpmath.gamma(2 * qm + 1), mpmath.gamma(3 * qm + 1)
             d = qm - 1
@@ -342,7 +347,7 @@ def _asymptotics_at(q: float) -> tuple[float, float, float, float, float]:
             Au, Av = gu * kuu + gv * kuv, gu * kuv + gv * kvv
             K = (gu**3 * kuuu + 3 * gu**2 * gv * kuuv + 3 * gu * gv**2 * kuvv + gv**3 * kvvv
                  + 3 * (guu * Au**2 + gvv * Av**2))
-            c, V, K = +c, +V, +K  # round to the working precision of the caller
+            c, V, K = +(c * scale), +(V * scale**2), +(K * scale**3)  # round to the working precision of the caller
     if V == 0:  # q = 0: H_0 = log n is constant; a point mass is symmetric (the convention of EntropyStatistics)
         return 0.0, 0.0, 0.0, 0.0, 0.0
     return float(c), float(V), float(K), float(K / V**1.5), float(-K / (2 * V))
