@@ -334,7 +334,7 @@ def _asymptotics_at(q: float) -> tuple[float, float, float, float, float]:
     else:
         # the terms below are O(δ^-3) each and cancel to O(1): 40 + 3·digits(1/δ) digits keep 15 of them; as q -> 0
         # they are O(1) and cancel to V = O(q²), K = O(q³): 3·digits(1/q) more (at most 90, see above)
-        digits = 3 * max(0, int(-math.log10(abs(delta)))) + 3 * max(0, int(-math.log10(q)))
+        digits = 3 * max(0, int(-math.log10(abs(delta)))) + (3 * max(0, int(-math.log10(q))) if q > 0 else 0)
         with mpmath.workdps(40 + digits):
             qm = mpmath.mpf(q)
             G, G2, G3 = mpmath.gamma(qm + 1), mpmath.gamma(2 * qm + 1), mpmath.gamma(3 * qm + 1)
