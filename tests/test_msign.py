@@ -115,6 +115,21 @@ def test_scale_invariance_whole_float_range(method, dtype, gen):
 
 
 @pytest.mark.parametrize("method", ["svd", "newton_schulz"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_entries_near_the_largest_float(method, dtype, gen):
+    # Review fix: for max|G| >= 2^127 (float32; 2^1023 in float64) the power of two above max|G| overflows to inf,
+    # and msign returned the zero matrix (so Muon took no step for a finite gradient of 3e38). Expected value: the
+    # polar factor built from the SVD factors (with_spectrum); tolerance as the scale-invariance test above.
+    G, expected = with_spectrum([3.0, 2.0, 1.0], 4, 3, gen)
+    tol = 1e-12 if dtype == F64 else 1e-5
+    big = torch.finfo(dtype).max
+    for top in (big, big / 1.5, 2.0 ** (np.frexp(big)[1] - 1)):  # 2^127 (2^1023): the smallest affected maximum
+        X = (G / G.abs().max() * top).to(dtype)
+        assert float(X.abs().max()) == pytest.approx(top, rel=1e-6) and bool(torch.isfinite(X).all())
+        torch.testing.assert_close(msign(X, method=method).double(), expected, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("method", ["svd", "newton_schulz"])
 def test_tiny_float64_input_does_not_underflow(method, gen):
     G, expected = with_spectrum([3.0, 2.0, 1.0], 4, 3, gen)
     # ‖1e-300 G‖_F² underflows to 0 in float64: only the exact power-of-two prescaling keeps this finite.

@@ -180,6 +180,22 @@ def test_scale_invariant_step_and_zero_gradient():
     assert torch.equal(p.detach(), torch.full((6, 4), 1 - 0.1 * 0.5))
 
 
+def test_gradient_near_the_largest_float_takes_the_full_step():
+    # Review fix: a finite gradient with max|g| >= 2^127 (momentum 0, so U = g) made msign's power-of-two scale
+    # overflow to inf and the step silently zero. Expected: the step of the same gradient at scale 1 (msign is scale
+    # invariant); c is not a power of two, so c g is rounded once per entry: 1e-6 as in the test above.
+    g = torch.randn(6, 4, generator=torch.Generator().manual_seed(3))
+    outs = []
+    for c in (1.0, 3.0e38 / float(g.abs().max())):
+        p = torch.ones(6, 4, requires_grad=True)
+        opt = Muon([p], lr=0.1, eps=0.0, weight_decay=0.0, momentum=0.0)
+        p.grad = g * c
+        opt.step()
+        outs.append(p.detach().clone())
+    assert float((outs[0] - 1).abs().max()) > 0.01  # a real step
+    torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize(
     "kwargs,err",
     [({"lr": -1.0}, ValueError), ({"momentum": 1.0}, ValueError), ({"ns_steps": 0}, ValueError),

@@ -210,7 +210,9 @@ def power_of_two_scale(T: torch.Tensor) -> torch.Tensor:
 
     Dividing by it is exact in binary floating point and leaves ``max|T / 2^e|`` in ``[0.5, 1)``, so a
     later ``‖T‖_F`` can neither underflow nor overflow: msign's invariance ``msign(cT) = msign(T)`` over
-    the whole float range needs no additive epsilon. No host synchronisation.
+    the whole float range needs no additive epsilon. Where ``2^e`` itself is beyond the dtype's range
+    (``max|T| >= 2^127`` in float32, ``>= 2^1023`` in float64) the scale is ``2^(e-1)`` and the quotient's
+    maximum lies in ``[1, 2)``. No host synchronisation.
 
     Args:
         T: tensor ``(..., m, n)``, real floating dtype.
@@ -221,6 +223,7 @@ def power_of_two_scale(T: torch.Tensor) -> torch.Tensor:
     amax = T.abs().amax(dim=(-2, -1), keepdim=True)
     _, exponent = torch.frexp(amax)  # amax = mantissa * 2**exponent, mantissa in [0.5, 1)
     scale = torch.ldexp(torch.ones_like(amax), exponent)
+    scale = torch.where(torch.isinf(scale), torch.ldexp(torch.ones_like(amax), exponent - 1), scale)  # 2^e overflows
     return torch.where(amax > 0, scale, torch.ones_like(amax))
 
 
