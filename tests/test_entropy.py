@@ -478,6 +478,29 @@ def test_participation_ratio_is_smooth_on_rank_deficient_matrices(gen):
         singular_value_entropy(torch.zeros(3, 2), 2, 2)
 
 
+@pytest.mark.parametrize("dtype,scales", [(torch.float32, (1e-30, 1e-20, 1e20, 1e30, 3e38)),
+                                          (torch.float64, (1e-300, 1e-160, 1e160, 1e300, 1.7e308))])
+def test_participation_ratio_at_extreme_scales(dtype, scales, gen):
+    # Review fix: the trace route took ‖W‖_F² directly, which overflowed for entries above ~1e19 (float32; ~1e154 in
+    # float64) -- the value silently became log k, 0.5 nats off here, with NaN gradients -- and underflowed below
+    # ~1e-19, a false "zero matrix" error at 1e-30. Expected: (Σσ²)²/Σσ⁴ from float64 singular values of the
+    # unscaled matrix; H is scale invariant and ∇H(cW) = ∇H(W)/c (closed form as above). Tolerances: one rounding of
+    # the scaled input, 1e-6 (float32) and 1e-13 (float64) relative.
+    W0 = torch.randn(6, 4, generator=gen, dtype=torch.float64)
+    W0 = W0 / W0.abs().max()
+    s = torch.linalg.svdvals(W0)
+    expected = math.log(float((s**2).sum() ** 2 / (s**4).sum()))
+    G = W0.T @ W0
+    grad0 = 4 * W0 / torch.trace(G) - 4 * W0 @ G / torch.trace(G @ G)
+    rel = 1e-6 if dtype == torch.float32 else 1e-13
+    for c in scales:
+        W = (W0 * c).to(dtype).requires_grad_()
+        h = singular_value_entropy(W, 2, 2)
+        assert float(h.detach()) == pytest.approx(expected, rel=rel)
+        (g,) = torch.autograd.grad(h, W)
+        assert relative_error(g.double() * c, grad0) < (1e-5 if dtype == torch.float32 else 1e-12)
+
+
 def test_stable_rank_gradient_condition_1e7_and_rank_deficient(gen):
     # ∇ (‖W‖_F² / σ_1²) = 2W/σ_1² - 2 ‖W‖_F² u_1 v_1ᵀ / σ_1³, smooth wherever σ_1 is simple.
     for W in (with_spectrum(COND_1E7, 8, 6, gen, dtype=torch.float32), with_spectrum([2.0, 1.0, 0.0], 5, 3, gen)):

@@ -185,11 +185,18 @@ def _participation(work: torch.Tensor) -> torch.Tensor:
     Σσ_i⁴ / (Σσ_i²)² = ‖WᵀW‖_F² / ‖W‖_F⁴; the smaller Gram matrix is formed, after scaling by ‖W‖_F so that
     nothing overflows. Equals the SVD route to rounding (singular values below the default threshold change
     it by less than (k ε)⁴). Clamped to [0, log k], the range rounding could leave by ~ε.
+
+    ‖W‖_F itself is taken after an exact power-of-two rescaling (max entry in [0.5, 1)): directly, Σ w_ij²
+    overflows for entries above ~1e19 in float32 (1e154 in float64) and loses digits or underflows below
+    ~1e-19 (1e-154).
     """
-    norm = torch.linalg.matrix_norm(work).unsqueeze(-1).unsqueeze(-1)
-    if bool((norm == 0).any()):
+    from svmuon.orthogonal.msign import power_of_two_scale
+
+    if bool((work == 0).all(dim=(-2, -1)).any()):
         raise ValueError(f"W must not be the zero matrix: its singular-value entropy is undefined (W of shape "
                          f"{tuple(work.shape)})")
+    work = work / power_of_two_scale(work.detach())  # H is scale invariant: a constant factor changes nothing
+    norm = torch.linalg.matrix_norm(work).unsqueeze(-1).unsqueeze(-1)
     a = work / norm
     gram = a.mT @ a if a.shape[-2] >= a.shape[-1] else a @ a.mT
     h = -torch.log((gram * gram).sum(dim=(-2, -1)))
