@@ -359,3 +359,64 @@ def test_named_parameters_and_tensor_lr_with_a_scheduler(gen):
     model.weight.grad[0, 0] = float("nan")
     with pytest.raises(NonFiniteUpdateError, match="parameter 'weight'"):
         opt.step()
+
+
+# Review fixes.
+def test_huge_finite_gradient_takes_the_step_of_the_scaled_gradient(gen):
+    # A finite gradient of ~1e38 (float32; momentum 0, so U = g) overflowed ‖U‖_F and WᵀU and the step was refused
+    # as "not finite". The direction and the eps rule are scale invariant and U is now rescaled by an exact power of
+    # two, so the step for g·2^126 must equal the step for g bit for bit (no rounding anywhere differs).
+    ps = _params(gen, torch.float32, shapes=((5, 5),))
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+    g = torch.randn(5, 5, generator=gen)
+    g = g / g.abs().max()
+    opt, twin = OrthogonalMuon(ps, lr=0.1, momentum=0.0), OrthogonalMuon(twins, lr=0.1, momentum=0.0)
+    ps[0].grad, twins[0].grad = g * 2.0**126, g.clone()
+    assert float(ps[0].grad.abs().max()) > 8e37 and bool(torch.isfinite(ps[0].grad).all())
+    opt.step()
+    twin.step()
+    assert torch.equal(ps[0].detach(), twins[0].detach())
+    assert float(opt.state[ps[0]]["info"]["tangent_norm"]) == float(twin.state[twins[0]]["info"]["tangent_norm"]) * 2.0**126
+
+
+@pytest.mark.parametrize("what,words", [
+    ("drift nan", "drift must be"), ("drift negative", "drift must be"), ("step missing", r"lacks \['step'\]"),
+    ("buffer shape", "momentum_buffer must be"), ("solver key", "solver state 'X'"), ("polar_every", "polar_every"),
+    ("muon", "another optimizer")])
+def test_corrupted_or_foreign_state_dict_is_refused_and_changes_nothing(what, words, gen):
+    # Before: a NaN drift loaded fine and the next step raised OffManifoldError "tolerance nan" for a point on the
+    # manifold; a negative drift refused every step; a missing entry raised KeyError at the step; a Muon state dict
+    # loaded and the step raised KeyError 'polar_every'.
+    ps = _params(gen, torch.float64, shapes=((4, 4),))
+    opt = OrthogonalMuon(ps, lr=0.1)
+    _run(opt, ps, 2, gen)
+    sd = copy.deepcopy(opt.state_dict())
+    entry = sd["state"][0]
+    if what == "drift nan":
+        entry["drift"] = torch.tensor(float("nan"))
+    elif what == "drift negative":
+        entry["drift"] = torch.tensor(-1.0)
+    elif what == "step missing":
+        del entry["step"]
+    elif what == "buffer shape":
+        entry["momentum_buffer"] = torch.zeros(3, 3)
+    elif what == "solver key":
+        entry["solver"]["X"] = torch.zeros(4, 4)  # O(n) carries no solver state
+    elif what == "polar_every":
+        sd["param_groups"][0]["polar_every"] = -1
+    else:
+        from svmuon.optim import Muon
+
+        other = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+        muon = Muon(other, lr=0.1)
+        _run(muon, other, 1, gen)
+        sd = muon.state_dict()
+    before = ([p.detach().clone() for p in ps], copy.deepcopy(opt.state_dict()), opt.param_groups[0]["polar_every"])
+    with pytest.raises(ValueError, match=words):
+        opt.load_state_dict(sd)
+    after = opt.state_dict()
+    assert torch.equal(ps[0].detach(), before[0][0]) and opt.param_groups[0]["polar_every"] == before[2]
+    for key in ("momentum_buffer", "drift"):
+        assert torch.equal(after["state"][0][key], before[1]["state"][0][key])
+    assert after["state"][0]["step"] == before[1]["state"][0]["step"]
+    _run(opt, ps, 1, gen)  # still usable

@@ -215,3 +215,44 @@ def test_steepest_direction_and_retract_along_numpy_and_batches(gen):
     assert isinstance(out, np.ndarray) and out.shape == (2, 4, 4)
     with pytest.raises(ValueError, match="square"):
         M.steepest_direction(torch.zeros(4, 3, dtype=torch.float64), torch.zeros(4, 3, dtype=torch.float64))
+
+
+def test_gradients_near_the_largest_float(gen):
+    # Review fix: with entries near float32's maximum, WᵀG overflowed: steepest_direction and skew_direction returned
+    # a wrong direction (an exactly zero column: the SVD route reads the inf/NaN as 0) and project_tangent returned
+    # NaN, silently. Expected: the float64 results for the unscaled G (Φ and O are scale invariant); 1e-6 is a few
+    # float32 roundings of an orthonormal result.
+    W = _random_orthogonal(5, gen)
+    G = torch.randn(5, 5, generator=gen, dtype=torch.float64)
+    G = G / G.abs().max()
+    for c in (3e38, 1e38):
+        Gc = (G * c).float()
+        torch.testing.assert_close(M.steepest_direction(W.float(), Gc).double(), M.steepest_direction(W, G),
+                                   rtol=0, atol=1e-6)
+        torch.testing.assert_close(M.skew_direction(W.float(), Gc).double(), M.skew_direction(W, G), rtol=0, atol=1e-6)
+    # P_W is linear: P_W(cG) / c for c = 1e37 is representable and equals P_W(G). P_W is self-adjoint, so
+    # P_W(Z)_00 = <P_W(E_00), Z>, which for Z = 3e38 sign(P_W(E_00)) is 3e38 ‖P_W(E_00)‖_1 > 3.4e38 (checked): that
+    # result leaves the float32 range, and is refused instead of returned as NaN
+    torch.testing.assert_close(M.project_tangent(W.float(), (G * 1e37).float()).double() / 1e37,
+                               M.project_tangent(W, G), rtol=0, atol=1e-6)
+    E = torch.zeros(5, 5, dtype=torch.float64)
+    E[0, 0] = 1.0
+    A = M.project_tangent(W, E)
+    assert 3e38 * float(A.abs().sum()) > 3.5e38
+    with pytest.raises(ValueError, match="beyond the range"):
+        M.project_tangent(W.float(), (3e38 * A.sign()).float())
+
+
+def test_results_out_of_range_are_refused(gen):
+    # Review fix: polar_correction of a matrix far from orthogonal returned -inf; retract_along with an eta beyond
+    # float32 raised torch's "value cannot be converted to type float without overflow"; retract of an enormous
+    # non-tangent Xi returned a rank-one matrix (msign of the singular W + Xi), not a point.
+    W = _random_orthogonal(4, gen, dtype=torch.float32)
+    with pytest.raises(ValueError, match="polar_correction.*overflows"):
+        M.polar_correction(torch.full((3, 3), 3e38))
+    Phi = M.steepest_direction(W, torch.randn(4, 4, generator=gen))
+    with pytest.raises(ValueError, match="eta.*float32"):
+        M.retract_along(W, Phi, 1e300)
+    assert M.check_point(M.retract_along(W, Phi, 1e30))  # large but representable: the limit point, fine
+    with pytest.raises(ValueError, match="singular"):
+        M.retract(W, torch.full((4, 4), 3e38))

@@ -420,3 +420,74 @@ def test_functional_muon_is_the_optimizer_step():
         functional.muon(mirror, bad, bufs, lr=0.03, weight_decay=0.1, momentum=0.9, nesterov=True,
                         orthogonalize=orth, eps=1e-7, adjust_lr_fn=None)
     assert all(torch.equal(a, b) for a, b in zip(mirror, before))
+
+
+# Review fixes: state that was read before the first step, and state dicts that are foreign or corrupted.
+def test_reading_the_state_before_the_first_step_changes_nothing():
+    # opt.state is a defaultdict: reading opt.state[p] (logging code does) leaves {} behind, and step() then raised
+    # KeyError 'momentum_buffer'. Expected: the step of an optimizer whose state was never read (bitwise).
+    params, twins = make_params(), make_params()
+    opt, twin = Muon(params, lr=0.05), Muon(twins, lr=0.05)
+    assert all(opt.state[p] == {} for p in params)
+    for p, q, g in zip(params, twins, grads_for(0)):
+        p.grad, q.grad = g.clone(), g.clone()
+    opt.step()
+    twin.step()
+    for p, q in zip(params, twins):
+        assert torch.equal(p.detach(), q.detach())
+
+
+def test_torch_muon_state_dict_loads_and_continues():
+    # torch.optim.Muon's param groups lack svmuon's compute_dtype and nan_policy: loading one used to succeed and the
+    # next step raised KeyError 'compute_dtype'. The missing options now keep the values this optimizer was built
+    # with (its defaults, as torch's add_param_group fills a group); the rest and the buffers are torch's.
+    params = make_params()
+    theirs = torch.optim.Muon(params, lr=0.02)
+    for p, g in zip(params, grads_for(0)):
+        p.grad = g
+    theirs.step()
+    opt = Muon(params, lr=0.5, compute_dtype=torch.float64, nan_policy="skip")
+    opt.load_state_dict(copy.deepcopy(theirs.state_dict()))
+    group = opt.param_groups[0]
+    assert group["lr"] == 0.02 and group["compute_dtype"] == torch.float64 and group["nan_policy"] == "skip"
+    for p in params:
+        assert torch.equal(opt.state[p]["momentum_buffer"], theirs.state[p]["momentum_buffer"])
+    for p, g in zip(params, grads_for(1)):
+        p.grad = g
+    opt.step()
+
+
+def _corrupt(sd, what):
+    if what == "buffer shape":
+        sd["state"][0]["momentum_buffer"] = torch.zeros(3, 3)
+    elif what == "lr":
+        sd["param_groups"][0]["lr"] = -1.0
+    elif what == "ns_steps":
+        sd["param_groups"][0]["ns_steps"] = 0
+    elif what == "momentum":
+        sd["param_groups"][0]["momentum"] = 2.0
+    elif what == "skipped_steps":
+        sd["skipped_steps"] = "x"
+    elif what == "foreign":
+        del sd["param_groups"][0]["weight_decay"]
+    return sd
+
+
+@pytest.mark.parametrize("what,words", [("buffer shape", r"params'\]\[0\].*momentum_buffer.*\(8, 4\)"),
+                                        ("lr", "lr must"), ("ns_steps", "ns_steps"), ("momentum", "momentum"),
+                                        ("skipped_steps", "skipped_steps"), ("foreign", "another optimizer")])
+def test_corrupted_state_dict_is_refused_and_changes_nothing(what, words):
+    # Before: each of these loaded silently; the step then raised an unrelated error (RuntimeError, KeyError) or ran
+    # with momentum 2 / a negative lr; a bad skipped_steps raised only after the state had been replaced.
+    params = make_params()
+    opt = Muon(params, lr=0.01)
+    for p, g in zip(params, grads_for(0)):
+        p.grad = g
+    opt.step()
+    snap = _snapshot(opt, params)
+    groups = copy.deepcopy([{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups])
+    with pytest.raises(ValueError, match=words):
+        opt.load_state_dict(_corrupt(copy.deepcopy(opt.state_dict()), what))
+    _assert_unchanged(opt, params, snap)
+    assert [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups] == groups
+    opt.step()  # still usable

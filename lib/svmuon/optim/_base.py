@@ -1,11 +1,14 @@
 """The torch.optim shell shared by Muon and ManifoldMuon: collect lists, plan every group, verify once, commit.
 
-Subclasses define ``_check_group(group, index)`` (raise for bad options or parameters; called for every
-param group, including ones added later) and ``_plan_group(plan, group, labels)`` (collect the group's
-tensors and add its updates to the plan through :mod:`svmuon.optim.functional`). Everything else -- the
+Subclasses define ``_check_options(group)`` (raise for bad hyperparameters), ``_check_group(group, index)``
+(the options, then the parameters; called for every param group, including ones added later),
+``_check_state(p, state, label)`` (raise for a malformed per-parameter state entry; called by
+``load_state_dict``) and ``_plan_group(plan, group, labels)`` (collect the group's tensors and add its
+updates to the plan through :mod:`svmuon.optim.functional`). Everything else -- the
 closure, the single host synchronisation, atomicity across groups, ``nan_policy``, ``skipped_steps`` in
 the state dict, named parameters in error messages, the orthogonaliser resolved once per option set --
-lives here.
+lives here, and so does a ``load_state_dict`` that checks what it loads (options and state entries) and
+leaves the optimizer unchanged if anything is refused.
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ class MatrixOptimizer(torch.optim.Optimizer):
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
         self.skipped_steps = 0
         self._orthogonalizers: dict[tuple, Any] = {}
+        self._option_names = tuple(defaults)  # before torch adds its own keys (e.g. "differentiable") to defaults
         super().__init__(params, defaults)
 
     # -- groups ----------------------------------------------------------------------------------------------
@@ -104,6 +108,17 @@ class MatrixOptimizer(torch.optim.Optimizer):
 
     def _check_group(self, group: dict[str, Any], index: int) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _check_options(self, group: dict[str, Any]) -> None:  # pragma: no cover - abstract
+        """Raise ``TypeError``/``ValueError`` for a bad hyperparameter of ``group``."""
+        raise NotImplementedError
+
+    def _check_state(self, p: torch.Tensor, state: dict[str, Any], label: str) -> None:  # pragma: no cover
+        """Raise ``ValueError`` naming ``label`` for a malformed state entry of parameter ``p`` (at load)."""
+        raise NotImplementedError
+
+    #: group options a state dict may lack, filled from the defaults at load (e.g. those torch.optim.Muon lacks)
+    _optional_options: tuple[str, ...] = ()
 
     def _orthogonalizer(self, method: str, ns_steps: Any, ns_coefficients: Any, compute_dtype: Any) -> Any:
         """The :class:`~svmuon.orthogonal.msign.Orthogonalizer` of these options, built (and checked) once."""
@@ -158,7 +173,7 @@ class MatrixOptimizer(torch.optim.Optimizer):
 
     # -- copying and state dicts -----------------------------------------------------------------------------
     #: attributes beyond torch.optim's (defaults, state, param_groups) that copies and pickles keep
-    _extra_attributes: tuple[str, ...] = ("skipped_steps",)
+    _extra_attributes: tuple[str, ...] = ("skipped_steps", "_option_names")
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -168,6 +183,7 @@ class MatrixOptimizer(torch.optim.Optimizer):
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self.__dict__.setdefault("skipped_steps", 0)
+        self.__dict__.setdefault("_option_names", tuple(k for k in self.defaults if k != "differentiable"))
         self._orthogonalizers = {}  # rebuilt on first use
 
     def state_dict(self) -> dict[str, Any]:
@@ -178,10 +194,49 @@ class MatrixOptimizer(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """torch.optim's ``load_state_dict`` (state cast to each parameter's dtype and device), and
-        ``skipped_steps`` (0 if the dict has none, e.g. one saved by torch.optim.Muon)."""
+        ``skipped_steps`` (0 if the dict has none, e.g. one saved by torch.optim.Muon).
+
+        What is loaded is checked as the constructor checks its arguments: every group's options (those in
+        ``_optional_options`` keep this optimizer's defaults, i.e. its constructor arguments, when absent, e.g.
+        ``compute_dtype`` and ``nan_policy`` for a torch.optim.Muon state dict; any other missing option means
+        a state dict of another optimizer) and every parameter's state entry (shapes, counters). A refused state dict raises
+        ``ValueError``/``TypeError`` naming the group or parameter and leaves the optimizer as it was (load
+        post-hooks registered by the user may already have run).
+        """
+        name = type(self).__name__
         skipped = state_dict.get("skipped_steps", 0)
+        if isinstance(skipped, bool) or not isinstance(skipped, numbers.Integral) or skipped < 0:
+            raise ValueError(f"{name}.load_state_dict: skipped_steps must be an integer >= 0, got {skipped!r}")
+        old_state, old_groups = self.state, self.param_groups
         super().load_state_dict(state_dict)
+        try:
+            for index, group in enumerate(self.param_groups):
+                missing = sorted(k for k in self._option_names if k not in group and k not in self._optional_options)
+                if missing:
+                    raise ValueError(f"{name}.load_state_dict: param_groups[{index}] lacks the options {missing} of "
+                                     f"{name}: is this the state dict of another optimizer?")
+                for key in self._optional_options:
+                    group.setdefault(key, self.defaults[key])
+                try:
+                    self._check_options(group)
+                except (TypeError, ValueError) as err:
+                    raise type(err)(f"{name}.load_state_dict: param_groups[{index}]: {err}") from None
+                labels = Labels(index, group, list(range(len(group["params"]))))
+                for i, p in enumerate(group["params"]):
+                    if p in self.state:
+                        self._check_state(p, self.state[p], f"{name}.load_state_dict: the state of {labels[i]}")
+        except Exception:
+            self.state, self.param_groups = old_state, old_groups
+            raise
         self.skipped_steps = int(skipped)
+
+    @staticmethod
+    def _check_buffer(p: torch.Tensor, state: dict[str, Any], key: str, label: str) -> None:
+        """``state[key]`` must be a tensor of ``p``'s shape (its dtype and device were cast by torch)."""
+        buf = state[key]
+        if not isinstance(buf, torch.Tensor) or tuple(buf.shape) != tuple(p.shape):
+            got = f"shape {tuple(buf.shape)}" if isinstance(buf, torch.Tensor) else type(buf).__name__
+            raise ValueError(f"{label}: {key} must be a tensor of the parameter's shape {tuple(p.shape)}, got {got}")
 
 
 def _freeze(x: Any) -> Any:

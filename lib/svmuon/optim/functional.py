@@ -38,6 +38,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from svmuon.optim.distributed import is_dtensor, shard_like, whole
+from svmuon.orthogonal.msign import power_of_two_scale
 from svmuon.optim.plan import NonFiniteUpdateError, OffManifoldError, StepPlan  # noqa: F401  (also importable from here)
 
 __all__ = ["muon", "manifold_muon", "muon_updates", "manifold_muon_updates", "adjust_lr"]
@@ -248,6 +249,10 @@ def manifold_muon_updates(
         dt = is_dtensor(P[0])
         W = whole(P[0]).unsqueeze(0) if dt else _stack(P)  # FSDP2: the whole matrix, on every rank
         Wc, Uc = manifold._to_canonical(_flat(W)), manifold._to_canonical(_flat(U.to(W.dtype)))
+        # an exact power-of-two rescaling: the direction and the eps ratio do not depend on the size of U, and
+        # WᵀU, ‖U‖_F, ‖P_W(U)‖_F cannot overflow for a finite U (a gradient of 1e38 was refused as "not finite")
+        u_scale = power_of_two_scale(Uc)
+        Uc = Uc / u_scale
         state = _stacked_state(manifold, Wc, [solver_states[i] if solver_states else {} for i in idx], W.shape[1:])
         d = manifold._direction(Wc, Uc, orthogonalize, state)  # eq-orth-direction on O(n)
         eps_ = math.sqrt(torch.finfo(W.dtype).eps) if eps is None else eps
@@ -261,7 +266,7 @@ def manifold_muon_updates(
         plan.add_batch([_label(labels, i) for i in idx], [U, W_new, d.tangent_norm.reshape(len(idx), -1)],
                        on_manifold=on_manifold, defect=worst_defect, tolerance=worst_tol)
         new_drift = torch.zeros_like(drift_prev) if flags[idx[0]] else defect.reshape(len(idx), -1).amax(dim=1)
-        info = {"tangent_norm": d.tangent_norm, "damping": damping, "defect": defect, **d.info}
+        info = {"tangent_norm": d.tangent_norm * u_scale.reshape(-1), "damping": damping, "defect": defect, **d.info}
         for j, i in enumerate(idx):
             plan.write(params[i], shard_like(W_new[j], params[i]) if dt else W_new[j])
             plan.write(momentum_buffers[i], new_B[j])

@@ -50,6 +50,7 @@ correction.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Iterable
 
 import torch
@@ -98,7 +99,7 @@ class ManifoldMuon(MatrixOptimizer):
         su2025orthogonal, jordan2024muon, absil2008optimization, bjorck1971iterative, amsel2025polar.
     """
 
-    _extra_attributes = ("skipped_steps", "manifold")
+    _extra_attributes = ("skipped_steps", "_option_names", "manifold")
 
     def __init__(self, params: Iterable[Any], lr: float | torch.Tensor = 0.02, *, manifold: Any = None,
                  momentum: float = 0.95, nesterov: bool = True, msign_method: str = "newton_schulz",
@@ -120,7 +121,12 @@ class ManifoldMuon(MatrixOptimizer):
         super().__init__(params, defaults)
 
     def _check_group(self, group: dict[str, Any], index: int) -> None:
-        name = type(self).__name__
+        self._check_options(group)
+        labels = Labels(index, group, list(range(len(group["params"]))))
+        for i, p in enumerate(group["params"]):
+            self._check_start(p, labels[i], group["atol"], type(self).__name__)
+
+    def _check_options(self, group: dict[str, Any]) -> None:
         check_hyper("lr", group["lr"], tensor_ok=True)
         check_hyper("momentum", group["momentum"], upper=1.0)
         polar_every = group["polar_every"]
@@ -134,9 +140,32 @@ class ManifoldMuon(MatrixOptimizer):
         if group["eps"] is not None:
             check_hyper("eps", group["eps"], upper=1.0)
         self._group_orthogonalizer(group)  # resolves (and so checks) the msign options once
-        labels = Labels(index, group, list(range(len(group["params"]))))
-        for i, p in enumerate(group["params"]):
-            self._check_start(p, labels[i], group["atol"], name)
+
+    def _check_state(self, p: torch.Tensor, state: dict[str, Any], label: str) -> None:
+        if "momentum_buffer" not in state:  # no step taken yet: the next step starts a fresh state
+            return
+        missing = sorted({"momentum_buffer", "drift", "step", "solver", "info"} - set(state))
+        if missing:
+            raise ValueError(f"{label} lacks {missing}: is this the state dict of another optimizer?")
+        self._check_buffer(p, state, "momentum_buffer", label)
+        drift, step = state["drift"], state["step"]
+        if not (isinstance(drift, torch.Tensor) and drift.numel() == 1 and drift.is_floating_point()
+                and bool(torch.isfinite(drift).all()) and float(drift) >= 0):
+            raise ValueError(f"{label}: drift must be a finite one-element tensor >= 0 (the defect left by the last "
+                             f"uncorrected step), got {drift!r}")
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
+            raise ValueError(f"{label}: step must be an integer >= 0, got {step!r}")
+        if not isinstance(state["solver"], dict) or not isinstance(state["info"], dict):
+            raise ValueError(f"{label}: solver and info must be dicts")
+        keys = tuple(getattr(self.manifold, "state_keys", ()))
+        if state["solver"]:
+            W = self.manifold._to_canonical(torch.zeros((1, *p.shape[-2:]), dtype=p.dtype, device=p.device))
+            fresh = self.manifold._init_state(W)
+            for key, value in state["solver"].items():
+                shape = (*p.shape[:-2], *fresh[key].shape[1:]) if key in keys else None
+                if shape is None or not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
+                    raise ValueError(f"{label}: solver state {key!r} does not fit {self.manifold!r} (expected "
+                                     f"names {list(keys)} with shape (*batch, *state) = {shape})")
 
     def _check_start(self, p: torch.Tensor, label: str, atol: float | None, name: str) -> None:
         check_param(p, label, name)

@@ -104,7 +104,20 @@ class Muon(MatrixOptimizer):
                         compute_dtype=compute_dtype, nan_policy=nan_policy)
         super().__init__(params, defaults)
 
+    _optional_options = ("compute_dtype", "nan_policy")  # svmuon's own: a torch.optim.Muon state dict lacks them
+
     def _check_group(self, group: dict[str, Any], index: int) -> None:
+        self._check_options(group)
+        labels = Labels(index, group, list(range(len(group["params"]))))
+        for i, p in enumerate(group["params"]):
+            check_param(p, labels[i], "Muon")
+            if p.ndim != 2:
+                raise ValueError(
+                    f"Muon only supports 2D parameters whereas we found a parameter with size: {tuple(p.shape)} "
+                    f"({labels[i]}). Optimise biases, gains, embeddings and other non-matrix parameters with "
+                    "torch.optim.AdamW in a second optimizer (jordan2024muon).")
+
+    def _check_options(self, group: dict[str, Any]) -> None:
         check_hyper("lr", group["lr"], tensor_ok=True)
         check_hyper("weight_decay", group["weight_decay"])
         check_hyper("momentum", group["momentum"], upper=1.0)
@@ -116,14 +129,10 @@ class Muon(MatrixOptimizer):
         if group["nan_policy"] not in NAN_POLICIES:
             raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {group['nan_policy']!r}")
         self._group_orthogonalizer(group)  # resolves (and so checks) the msign options once
-        labels = Labels(index, group, list(range(len(group["params"]))))
-        for i, p in enumerate(group["params"]):
-            check_param(p, labels[i], "Muon")
-            if p.ndim != 2:
-                raise ValueError(
-                    f"Muon only supports 2D parameters whereas we found a parameter with size: {tuple(p.shape)} "
-                    f"({labels[i]}). Optimise biases, gains, embeddings and other non-matrix parameters with "
-                    "torch.optim.AdamW in a second optimizer (jordan2024muon).")
+
+    def _check_state(self, p: torch.Tensor, state: dict[str, Any], label: str) -> None:
+        if state.get("momentum_buffer") is not None:  # None or absent: a fresh buffer at the next step
+            self._check_buffer(p, state, "momentum_buffer", label)
 
     def _group_orthogonalizer(self, group: dict[str, Any]) -> Any:
         return self._orthogonalizer("newton_schulz", group["ns_steps"], group["ns_coefficients"],
@@ -136,7 +145,7 @@ class Muon(MatrixOptimizer):
             raise TypeError("Muon does not support sparse gradients")
         buffers = []
         for p in params:
-            buf = self.state[p]["momentum_buffer"] if p in self.state else None
+            buf = self.state[p].get("momentum_buffer") if p in self.state else None  # {} once state[p] was read
             if buf is None:  # stored at commit only: a refused first step leaves no state behind
                 buf = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
                 plan.on_commit(lambda p=p, b=buf: self.state[p].__setitem__("momentum_buffer", b))

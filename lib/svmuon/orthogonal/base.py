@@ -241,13 +241,21 @@ class Manifold:
             ``P_W(Z)``, the type of ``Z``, in the broadcast shape, dtype of ``Z``.
 
         Raises:
-            TypeError: non-float inputs. ValueError: bad shapes, non-finite entries.
+            TypeError: non-float inputs. ValueError: bad shapes, non-finite entries, a result beyond the
+            dtype's range (``Z`` near its largest value).
         """
+        from svmuon.orthogonal.msign import power_of_two_scale
+
         Wt, _ = as_matrix(W, "W")
         Zt, was_numpy = as_matrix(Z, "Z")
         self._require_shape(Wt, "W")
         check_pair(Wt, "W", Zt, "Z")
-        out = self._from_canonical(self._project_tangent(self._to_canonical(Wt.to(Zt.dtype)), self._to_canonical(Zt)))
+        scale = power_of_two_scale(Zt)  # exact, and P_W is linear: WᵀZ cannot overflow for a finite Z
+        out = self._from_canonical(self._project_tangent(self._to_canonical(Wt.to(Zt.dtype)),
+                                                         self._to_canonical(Zt / scale))) * scale
+        if not bool(torch.isfinite(out).all()):
+            raise ValueError(f"project_tangent: the tangent part of Z is beyond the range of {Zt.dtype} "
+                             f"(max|Z| = {float(Zt.abs().max()):.3g}); pass a smaller Z or a wider dtype")
         return out.numpy() if was_numpy else out
 
     def steepest_direction(self, W: Any, G: Any) -> Any:
@@ -265,6 +273,8 @@ class Manifold:
         Raises:
             TypeError: non-float inputs. ValueError: bad shapes, non-finite entries.
         """
+        from svmuon.orthogonal.msign import power_of_two_scale
+
         Wt, _ = as_matrix(W, "W")
         Gt, was_numpy = as_matrix(G, "G")
         self._require_shape(Wt, "W")
@@ -272,6 +282,7 @@ class Manifold:
         shape = torch.broadcast_shapes(Wt.shape, Gt.shape)
         Wc = self._to_canonical(Wt.to(Gt.dtype).expand(shape).reshape(-1, *shape[-2:]))
         Gc = self._to_canonical(Gt.expand(shape).reshape(-1, *shape[-2:]))
+        Gc = Gc / power_of_two_scale(Gc)  # exact; Φ does not depend on the size of G, and WᵀG cannot overflow
         d = self._direction(Wc, Gc, self.orthogonalize, self._init_state(Wc))
         Phi = self._from_canonical(self._tangent_from_step(Wc, d.step)).reshape(shape)
         return Phi.numpy() if was_numpy else Phi
@@ -291,7 +302,8 @@ class Manifold:
             The new point, the type, shape and dtype of ``W``.
 
         Raises:
-            TypeError: non-float inputs. ValueError: bad shapes, non-finite entries.
+            TypeError: non-float inputs. ValueError: bad shapes, non-finite entries, a singular ``W + Ξ``
+            (only possible for a non-tangent or enormous ``Ξ``).
 
         References:
             absil2008optimization (polar retraction), higham2008functions.
@@ -303,6 +315,9 @@ class Manifold:
         self._require_shape(Wt, "W")
         check_pair(Wt, "W", Xt, "Xi", into=True)
         out = msign(Wt + Xt.to(Wt.dtype), method="svd", rcond=0.0)
+        if bool((self.defect(out) > 0.5).any()):  # a dropped direction leaves |WᵀW - I| = 1 somewhere
+            raise ValueError("retract: W + Xi is singular (in W's dtype), so it has no unique nearest point; Xi must "
+                             "be a tangent vector of modest size (for tangent Xi, W + Xi is always invertible)")
         return out.numpy() if was_numpy else out
 
     def retract_along(self, W: Any, Phi: Any, eta: float) -> Any:
@@ -322,8 +337,8 @@ class Manifold:
 
         Raises:
             TypeError: non-float matrices, ``eta`` not a real number.
-            ValueError: bad shapes, non-finite entries, ``eta`` negative, NaN or infinite, or a non-finite
-                result (a ``Φ`` so large that ``ΦᵀΦ`` overflows).
+            ValueError: bad shapes, non-finite entries, ``eta`` negative, NaN, infinite or beyond the range of
+                ``W``'s dtype, or a non-finite result (a ``Φ`` so large that ``ΦᵀΦ`` overflows).
 
         References:
             su2025orthogonal (the closed form), absil2008optimization.
@@ -336,6 +351,9 @@ class Manifold:
         Pt = Pt.to(Wt.dtype).expand_as(Wt).reshape(-1, *Wt.shape[-2:])
         Wc = self._to_canonical(Wt.reshape(-1, *Wt.shape[-2:]))
         step = self._step_from_tangent(Wc, self._to_canonical(Pt))
+        if eta_f > torch.finfo(Wt.dtype).max:
+            raise ValueError(f"eta must be a finite real number >= 0 representable in {Wt.dtype} (at most "
+                             f"{torch.finfo(Wt.dtype).max:.3g}), got {eta!r}")
         out = self._from_canonical(self._retract_along(Wc, step, _eta_tensor(eta_f, Wc))).reshape(Wt.shape)
         if not bool(torch.isfinite(out).all()):
             raise ValueError(f"retract_along produced a non-finite result for eta={eta!r} in {Wt.dtype}; "

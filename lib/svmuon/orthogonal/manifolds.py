@@ -172,12 +172,16 @@ class Orthogonal(Manifold):
             TypeError: non-float ``W`` or ``G``.
             ValueError: non-square, empty, non-finite or shape-mismatched ``W`` or ``G``.
         """
+        from svmuon.orthogonal.msign import power_of_two_scale
+
         Wt, _ = _matrix(W, "W")
         Gt, was_numpy = _matrix(G, "G")
         check_pair(Wt, "W", Gt, "G")
         shape = torch.broadcast_shapes(Wt.shape, Gt.shape)
         flat = lambda T: T.expand(shape).reshape(-1, *shape[-2:])  # noqa: E731
-        O = self._direction(flat(Wt.to(Gt.dtype)), flat(Gt), self.orthogonalize, {}).step.reshape(shape)
+        Gf = flat(Gt)
+        Gf = Gf / power_of_two_scale(Gf)  # exact; O does not depend on the size of G, and WᵀG cannot overflow
+        O = self._direction(flat(Wt.to(Gt.dtype)), Gf, self.orthogonalize, {}).step.reshape(shape)
         return O.numpy() if was_numpy else O
 
     def orthogonality_error(self, W: Any) -> torch.Tensor:
@@ -224,9 +228,13 @@ class Orthogonal(Manifold):
         Cheap drift control: two matmuls; if ``‖WᵀW - I‖ = ε`` before, it is ``≈ 3ε²/4`` after.
 
         Raises:
-            TypeError: non-float ``W``. ValueError: non-square, empty or non-finite ``W``.
+            TypeError: non-float ``W``. ValueError: non-square, empty or non-finite ``W``, or a result beyond
+            the dtype's range (``W`` far from orthogonal: ``WᵀW`` or the product overflows).
         """
         Wt, was_numpy = _matrix(W, "W")
         out, _ = self._stabilize(Wt.reshape(-1, *Wt.shape[-2:]), True)
         out = out.reshape(Wt.shape)
+        if not bool(torch.isfinite(out).all()):
+            raise ValueError(f"polar_correction: W(3I - WᵀW)/2 overflows {Wt.dtype} (max|W| = "
+                             f"{float(Wt.abs().max()):.3g}); it is meant for nearly orthogonal W, use project(W)")
         return out.numpy() if was_numpy else out
