@@ -420,3 +420,29 @@ def test_corrupted_or_foreign_state_dict_is_refused_and_changes_nothing(what, wo
         assert torch.equal(after["state"][0][key], before[1]["state"][0][key])
     assert after["state"][0]["step"] == before[1]["state"][0]["step"]
     _run(opt, ps, 1, gen)  # still usable
+
+
+def test_numpy_hyperparameters_and_bad_manifold(gen):
+    # Review fixes: polar_every=np.int64(2) was refused with a ValueError; manifold="x" raised AttributeError deep in
+    # the constructor; NumPy scalars stored in the groups made torch.load(weights_only=True) refuse the state dict.
+    import io
+
+    import numpy as np
+
+    ps = _params(gen, torch.float64, shapes=((4, 4),))
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+    opt = OrthogonalMuon(ps, lr=np.float64(0.1), polar_every=np.int64(2), nesterov=np.bool_(False))
+    twin = OrthogonalMuon(twins, lr=0.1, polar_every=2, nesterov=False)
+    _run(opt, ps, 3, torch.Generator().manual_seed(0))
+    _run(twin, twins, 3, torch.Generator().manual_seed(0))
+    assert torch.equal(ps[0].detach(), twins[0].detach())
+    buf = io.BytesIO()
+    torch.save(opt.state_dict(), buf)
+    buf.seek(0)
+    assert torch.load(buf, weights_only=True)["param_groups"][0]["polar_every"] == 2
+    with pytest.raises(TypeError, match="manifold must be"):
+        ManifoldMuon(ps, manifold="x")
+    with pytest.raises(TypeError, match="manifold must be"):
+        ManifoldMuon(ps, manifold=Orthogonal)  # the class, not an instance
+    with pytest.raises(TypeError, match="nesterov must be a bool"):
+        OrthogonalMuon(ps, nesterov="no")

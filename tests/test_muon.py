@@ -491,3 +491,32 @@ def test_corrupted_state_dict_is_refused_and_changes_nothing(what, words):
     _assert_unchanged(opt, params, snap)
     assert [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups] == groups
     opt.step()  # still usable
+
+
+def test_numpy_and_bool_hyperparameters():
+    # Review fixes: ns_steps=np.int64(5) was refused with a ValueError ("must be an integer"); nesterov="no" silently
+    # meant True; NumPy scalars were stored as such, and torch.load(weights_only=True) then refused the state dict.
+    import io
+
+    import numpy as np
+
+    params, twins = make_params(), make_params()
+    opt = Muon(params, lr=np.float64(0.05), momentum=np.float32(0.5), ns_steps=np.int64(5), nesterov=np.bool_(True))
+    twin = Muon(twins, lr=0.05, momentum=float(np.float32(0.5)), ns_steps=5, nesterov=True)
+    for p, q, g in zip(params, twins, grads_for(0)):
+        p.grad, q.grad = g.clone(), g.clone()
+    opt.step()
+    twin.step()
+    for p, q in zip(params, twins):
+        assert torch.equal(p.detach(), q.detach())
+    buf = io.BytesIO()
+    torch.save(opt.state_dict(), buf)
+    buf.seek(0)
+    assert torch.load(buf, weights_only=True)["param_groups"][0]["ns_steps"] == 5
+    for bad in ("no", None, 1):
+        with pytest.raises(TypeError, match="nesterov must be a bool"):
+            Muon(make_params(), nesterov=bad)
+    with pytest.raises(TypeError, match="ns_steps"):
+        Muon(make_params(), ns_steps=5.0)
+    with pytest.raises(ValueError, match="ns_coefficients"):  # the option's name, as the user spelled it
+        Muon(make_params(), ns_coefficients="quartic")

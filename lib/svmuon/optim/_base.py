@@ -17,6 +17,7 @@ import math
 import numbers
 from typing import Any, Callable, Iterable
 
+import numpy as np
 import torch
 from torch.optim.optimizer import _to_scalar
 
@@ -42,6 +43,12 @@ def check_hyper(name: str, value: Any, *, upper: float = math.inf, tensor_ok: bo
     if math.isnan(value) or not (0.0 <= value < upper):
         raise ValueError(f"{name} must lie in [0, {upper}), got {value}")
     return value
+
+
+def check_bool(name: str, value: Any) -> None:
+    """``TypeError`` naming ``name`` unless ``value`` is a bool (a string such as ``"no"`` would read as True)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
 
 
 def check_param(p: Any, label: str, optimizer: str) -> None:
@@ -97,9 +104,13 @@ class MatrixOptimizer(torch.optim.Optimizer):
     # -- groups ----------------------------------------------------------------------------------------------
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Add a group (torch.optim semantics, named parameters included), then check its options and
-        parameters; a group that fails the check is not added."""
+        parameters; a group that fails the check is not added. NumPy scalar options are stored as Python
+        numbers (so that the state dict loads with ``torch.load(weights_only=True)``)."""
         super().add_param_group(param_group)
         group = self.param_groups[-1]
+        for key, value in group.items():  # NumPy scalars as Python numbers: torch.load(weights_only=True) refuses them
+            if isinstance(value, np.generic):
+                group[key] = value.item()
         try:
             self._check_group(group, len(self.param_groups) - 1)
         except Exception:

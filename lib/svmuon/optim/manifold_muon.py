@@ -55,7 +55,8 @@ from typing import Any, Iterable
 
 import torch
 
-from svmuon.optim._base import NAN_POLICIES, Labels, MatrixOptimizer, check_hyper, check_param
+from svmuon._validation import check_int
+from svmuon.optim._base import NAN_POLICIES, Labels, MatrixOptimizer, check_bool, check_hyper, check_param
 from svmuon.optim.distributed import whole
 from svmuon.optim.functional import StepPlan, manifold_muon_updates
 
@@ -110,12 +111,17 @@ class ManifoldMuon(MatrixOptimizer):
             from svmuon.orthogonal.manifolds import Orthogonal
 
             manifold = Orthogonal()
+        from svmuon.orthogonal.base import Manifold
+
+        if not isinstance(manifold, Manifold):
+            raise TypeError(f"manifold must be a svmuon.orthogonal.base.Manifold instance (e.g. Orthogonal()), "
+                            f"got {manifold!r}")
         self.manifold = manifold
         if isinstance(lr, torch.Tensor) and lr.numel() != 1:
             raise ValueError("Tensor lr must be 1-element")
         if msign_method == "newton_schulz" and ns_coefficients is None:
             ns_coefficients = "polar_express"  # converges: the drift table's best Newton–Schulz schedule
-        defaults = dict(lr=lr, momentum=momentum, nesterov=bool(nesterov), msign_method=msign_method,
+        defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, msign_method=msign_method,
                         ns_steps=ns_steps, ns_coefficients=ns_coefficients, compute_dtype=compute_dtype,
                         polar_every=polar_every, nan_policy=nan_policy, atol=atol, eps=eps)
         super().__init__(params, defaults)
@@ -129,9 +135,8 @@ class ManifoldMuon(MatrixOptimizer):
     def _check_options(self, group: dict[str, Any]) -> None:
         check_hyper("lr", group["lr"], tensor_ok=True)
         check_hyper("momentum", group["momentum"], upper=1.0)
-        polar_every = group["polar_every"]
-        if isinstance(polar_every, bool) or not isinstance(polar_every, int) or polar_every < 0:
-            raise ValueError(f"polar_every must be an integer >= 0, got {polar_every!r}")
+        check_bool("nesterov", group["nesterov"])
+        check_int(group["polar_every"], "polar_every", minimum=0)
         if group["nan_policy"] not in NAN_POLICIES:
             raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {group['nan_policy']!r}")
         if group["atol"] is not None:

@@ -45,7 +45,8 @@ from typing import Any, Iterable
 
 import torch
 
-from svmuon.optim._base import NAN_POLICIES, Labels, MatrixOptimizer, check_hyper, check_param
+from svmuon._validation import check_int
+from svmuon.optim._base import NAN_POLICIES, Labels, MatrixOptimizer, check_bool, check_hyper, check_param
 from svmuon.optim.functional import StepPlan, adjust_lr, muon_updates
 
 __all__ = ["Muon"]
@@ -99,7 +100,7 @@ class Muon(MatrixOptimizer):
     ) -> None:
         if isinstance(lr, torch.Tensor) and lr.numel() != 1:
             raise ValueError("Tensor lr must be 1-element")
-        defaults = dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=bool(nesterov),
+        defaults = dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
                         ns_coefficients=ns_coefficients, eps=eps, ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn,
                         compute_dtype=compute_dtype, nan_policy=nan_policy)
         super().__init__(params, defaults)
@@ -122,9 +123,8 @@ class Muon(MatrixOptimizer):
         check_hyper("weight_decay", group["weight_decay"])
         check_hyper("momentum", group["momentum"], upper=1.0)
         check_hyper("eps", group["eps"])
-        ns_steps = group["ns_steps"]
-        if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1:
-            raise ValueError(f"ns_steps must be an integer >= 1, got {ns_steps!r}")
+        check_bool("nesterov", group["nesterov"])
+        check_int(group["ns_steps"], "ns_steps", minimum=1)
         adjust_lr(1.0, group["adjust_lr_fn"], (1, 1))  # raises on an unknown rule
         if group["nan_policy"] not in NAN_POLICIES:
             raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {group['nan_policy']!r}")

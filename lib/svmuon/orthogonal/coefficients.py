@@ -162,7 +162,7 @@ def get_schedule(name: str) -> tuple[Triple, ...]:
         return ((3.4445, -4.7750, 2.0315),)
     if name == "polar_express":
         return polar_express_schedule()
-    raise ValueError(f"coefficients must be one of {sorted(SCHEDULES)} or a sequence of (a, b, c), got {name!r}")
+    raise ValueError(f"ns_coefficients must be one of {sorted(SCHEDULES)} or a sequence of (a, b, c), got {name!r}")
 
 
 def default_steps(coefficients: Any) -> int:
@@ -180,18 +180,18 @@ def default_steps(coefficients: Any) -> int:
 
 def _check_triples(coefficients: Any) -> tuple[Triple, ...]:
     if isinstance(coefficients, (str, bytes)) or not isinstance(coefficients, Sequence):
-        raise TypeError(f"coefficients must be a schedule name or a sequence of (a, b, c), got {coefficients!r}")
+        raise TypeError(f"ns_coefficients must be a schedule name or a sequence of (a, b, c), got {coefficients!r}")
     if len(coefficients) == 3 and all(isinstance(v, numbers.Real) for v in coefficients):
         coefficients = [coefficients]  # one bare triple, as torch.optim.Muon's ns_coefficients
     out = []
     for i, t in enumerate(coefficients):
         if not isinstance(t, Sequence) or len(t) != 3:
-            raise ValueError(f"coefficients[{i}] must be a triple (a, b, c), got {t!r}")
+            raise ValueError(f"ns_coefficients[{i}] must be a triple (a, b, c), got {t!r}")
         if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in t):
-            raise ValueError(f"coefficients[{i}] must hold three finite real numbers, got {t!r}")
+            raise ValueError(f"ns_coefficients[{i}] must hold three finite real numbers, got {t!r}")
         out.append(tuple(float(v) for v in t))
     if not out:
-        raise ValueError("coefficients must not be empty")
+        raise ValueError("ns_coefficients must not be empty")
     return tuple(out)
 
 
