@@ -520,3 +520,21 @@ def test_numpy_and_bool_hyperparameters():
         Muon(make_params(), ns_steps=5.0)
     with pytest.raises(ValueError, match="ns_coefficients"):  # the option's name, as the user spelled it
         Muon(make_params(), ns_coefficients="quartic")
+
+
+def test_functional_refuses_lists_of_unequal_length():
+    # Review fix: zip() truncated silently: two parameters, one gradient updated only the first parameter.
+    from svmuon.orthogonal import Orthogonal, Orthogonalizer
+
+    orth = Orthogonalizer("newton_schulz", ns_coefficients=KJ, ns_steps=5)
+    params = [torch.randn(4, 4), torch.randn(4, 4)]
+    before = [p.clone() for p in params]
+    with pytest.raises(ValueError, match="equal lengths"):
+        functional.muon(params, [torch.randn(4, 4)], [torch.zeros(4, 4)] * 2, lr=0.1, weight_decay=0.0, momentum=0.9,
+                        nesterov=True, orthogonalize=orth, eps=1e-7, adjust_lr_fn=None)
+    assert all(torch.equal(p, b) for p, b in zip(params, before))
+    Q = torch.linalg.qr(torch.randn(4, 4, dtype=torch.float64))[0]
+    with pytest.raises(ValueError, match="equal lengths"):
+        functional.manifold_muon([Q.clone()], [torch.randn(4, 4, dtype=torch.float64)], [torch.zeros(4, 4)], [{}, {}],
+                                 lr=0.1, manifold=Orthogonal(), orthogonalize=orth, momentum=0.9, nesterov=True,
+                                 eps=None, correct=True, atol=None)

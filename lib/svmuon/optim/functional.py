@@ -76,6 +76,13 @@ def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:
     return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
 
 
+def _check_lengths(**lists: Sequence[Any] | None) -> None:
+    """``ValueError`` unless every given list has the length of the first (``zip`` would silently truncate)."""
+    given = {name: len(v) for name, v in lists.items() if v is not None}
+    if len(set(given.values())) > 1:
+        raise ValueError(f"the per-parameter lists must have equal lengths, got {given}")
+
+
 def _label(labels: Sequence[Any] | None, i: int) -> Any:
     return labels[i] if labels is not None else f"parameter {i}"
 
@@ -149,7 +156,12 @@ def muon_updates(
 
     Returns:
         The plan; ``plan.verify()`` then ``plan.commit()`` apply it.
+
+    Raises:
+        ValueError: lists of unequal lengths. Nothing else is checked here (the optimizer checked its
+            options; shapes must match): a non-finite update shows at ``plan.verify()``.
     """
+    _check_lengths(params=params, grads=grads, momentum_buffers=momentum_buffers, labels=labels)
     plan = plan if plan is not None else StepPlan("Muon")
     for idx in _batches(params, grads):
         P = [params[i] for i in idx]
@@ -240,9 +252,15 @@ def manifold_muon_updates(
     Returns:
         The plan. At commit, each ``drifts[i]`` is overwritten with the new drift (if a tensor) and
         ``solver_states``/``infos`` are updated.
+
+    Raises:
+        ValueError: per-parameter lists of unequal lengths. Non-finite updates and points off the
+            manifold show at ``plan.verify()``.
     """
-    plan = plan if plan is not None else StepPlan("ManifoldMuon")
     flags = [correct] * len(params) if isinstance(correct, bool) else list(correct)
+    _check_lengths(params=params, grads=grads, momentum_buffers=momentum_buffers, solver_states=solver_states,
+                   correct=flags, drifts=drifts, infos=infos, labels=labels)
+    plan = plan if plan is not None else StepPlan("ManifoldMuon")
     for idx in _batches(params, grads, (flags,)):
         P = [params[i] for i in idx]
         new_B, U = _batch_momentum(idx, grads, momentum_buffers, momentum, nesterov)
