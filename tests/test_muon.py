@@ -538,3 +538,23 @@ def test_functional_refuses_lists_of_unequal_length():
         functional.manifold_muon([Q.clone()], [torch.randn(4, 4, dtype=torch.float64)], [torch.zeros(4, 4)], [{}, {}],
                                  lr=0.1, manifold=Orthogonal(), orthogonalize=orth, momentum=0.9, nesterov=True,
                                  eps=None, correct=True, atol=None)
+
+
+@pytest.mark.parametrize("opt_name", ["Muon", "OrthogonalMuon"])
+def test_parameter_replaced_with_another_shape_or_dtype_is_named(opt_name):
+    # Review fix: after p.data = <another shape or dtype>, step() raised torch's "The size of tensor a (4) must match
+    # ..." or "expected dtype float for `end`"; now a ValueError names the parameter. Nothing changes either way.
+    from svmuon.optim import OrthogonalMuon
+
+    cls = Muon if opt_name == "Muon" else OrthogonalMuon
+    for new in (torch.linalg.qr(torch.randn(5, 5))[0], torch.eye(4, dtype=torch.float64)):
+        p = torch.nn.Parameter(torch.linalg.qr(torch.randn(4, 4))[0])
+        opt = cls([p], lr=0.1)
+        p.grad = torch.randn(4, 4)
+        opt.step()
+        buf = opt.state[p]["momentum_buffer"].clone()
+        p.data = new
+        p.grad = torch.randn_like(new)
+        with pytest.raises(ValueError, match=r"params'\]\[0\].*changed shape or dtype"):
+            opt.step()
+        assert torch.equal(p.detach(), new) and torch.equal(opt.state[p]["momentum_buffer"], buf)

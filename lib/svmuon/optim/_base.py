@@ -241,6 +241,15 @@ class MatrixOptimizer(torch.optim.Optimizer):
             raise
         self.skipped_steps = int(skipped)
 
+    def _check_replaced(self, grad: torch.Tensor, buf: torch.Tensor, labels: Labels, j: int) -> None:
+        """At a step: a parameter whose shape or dtype changed since its momentum buffer was made (``p.data =
+        ...``; the buffer is ``zeros_like(p.grad)``) is refused with its name (metadata only, no host sync)."""
+        if buf.shape != grad.shape or buf.dtype != grad.dtype:
+            raise ValueError(f"{type(self).__name__}: {labels[j]} has changed shape or dtype since its optimizer "
+                             f"state was created (momentum buffer {tuple(buf.shape)} {buf.dtype}, gradient "
+                             f"{tuple(grad.shape)} {grad.dtype}); create a new optimizer for it, or load a matching "
+                             "state dict")
+
     @staticmethod
     def _check_buffer(p: torch.Tensor, state: dict[str, Any], key: str, label: str) -> None:
         """``state[key]`` must be a tensor of ``p``'s shape (its dtype and device were cast by torch)."""

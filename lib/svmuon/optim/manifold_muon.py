@@ -92,9 +92,13 @@ class ManifoldMuon(MatrixOptimizer):
 
     Raises:
         ValueError: a parameter that is not a point (the message names the parameter and the manifold's
-            ``project``), bad hyperparameters; at ``step()``, a non-finite update or a point that left the
-            manifold (nothing is changed then).
-        TypeError: a parameter that is not float32/float64, sparse or complex gradients.
+            ``project``), bad hyperparameters; at ``step()``, a non-finite update, a point that left the
+            manifold, or a parameter whose shape or dtype changed since its state was created (nothing is
+            changed then); at ``load_state_dict()``, bad options or state entries (e.g. a NaN ``drift``), or
+            a state dict of another optimizer (the optimizer is left as it was).
+        TypeError: a parameter that is not float32/float64, a ``manifold`` that is not a
+            :class:`~svmuon.orthogonal.base.Manifold` instance, a ``nesterov`` that is not a bool, a
+            non-integer ``polar_every``/``ns_steps``; sparse or complex gradients at ``step()``.
 
     References:
         su2025orthogonal, jordan2024muon, absil2008optimization, bjorck1971iterative, amsel2025polar.
@@ -207,13 +211,14 @@ class ManifoldMuon(MatrixOptimizer):
             raise TypeError(f"{type(self).__name__} does not support sparse or complex gradients")
         every = group["polar_every"]
         buffers, drifts, solver, infos, correct = [], [], [], [], []
-        for p in params:
+        for j, p in enumerate(params):
             if "momentum_buffer" not in self.state.get(p, {}):  # new state is stored at commit only
                 view = dict(momentum_buffer=torch.zeros_like(p.grad, memory_format=torch.preserve_format),
                             drift=torch.zeros((), dtype=p.dtype, device=p.device), step=0, solver={}, info={})
                 plan.on_commit(lambda p=p, f=view: self.state[p].update(f))
             else:
                 view = self.state[p]
+                self._check_replaced(p.grad, view["momentum_buffer"], labels, j)
             step = view["step"] + 1
             plan.on_commit(lambda p=p, k=step: self.state[p].__setitem__("step", k))
             buffers.append(view["momentum_buffer"])

@@ -33,7 +33,9 @@ Tensor ``lr`` and schedulers, named parameters, hooks, ``deepcopy``, state-dict 
   optimizer was given ``named_parameters()``), with nothing changed (``nan_policy="skip"`` skips the step
   instead and counts it in ``skipped_steps``); torch.optim.Muon writes the NaN into the weights.
 * bad input is refused at construction with a message naming the parameter: non-2-D, complex, integer
-  or empty parameters, bad hyperparameters.
+  or empty parameters, bad hyperparameters; ``load_state_dict`` applies the same checks to what it loads
+  (a torch.optim.Muon state dict loads: the options it lacks, ``compute_dtype`` and ``nan_policy``, keep
+  this optimizer's values).
 * FSDP2/DTensor-sharded parameters: the update is gathered once, orthogonalised whole and cut back into
   this rank's block (:mod:`svmuon.optim.distributed`), since the msign of a row block is not the row
   block of msign. Plain tensors (and DDP) pay nothing for it.
@@ -76,8 +78,11 @@ class Muon(MatrixOptimizer):
     Raises:
         ValueError: a parameter that is not 2-D (use ``torch.optim.AdamW`` for biases, gains and other
             non-matrix parameters), bad hyperparameters; at ``step()``, a non-finite update
-            (:class:`~svmuon.optim.plan.NonFiniteUpdateError`, nothing is changed then).
-        TypeError: complex, integer or non-tensor parameters; sparse gradients at ``step()``.
+            (:class:`~svmuon.optim.plan.NonFiniteUpdateError`) or a parameter whose shape or dtype changed
+            since its state was created (nothing is changed then); at ``load_state_dict()``, a state dict
+            with bad options or state entries, or one of another optimizer (the optimizer is left as it was).
+        TypeError: complex, integer or non-tensor parameters, a ``nesterov`` that is not a bool, a
+            non-integer ``ns_steps``; sparse gradients at ``step()``.
 
     References:
         jordan2024muon, liu2025moonlight, loshchilov2019decoupled, paszke2019pytorch (torch.optim.Muon).
@@ -144,9 +149,11 @@ class Muon(MatrixOptimizer):
         if any(g.is_sparse for g in grads):
             raise TypeError("Muon does not support sparse gradients")
         buffers = []
-        for p in params:
+        for j, p in enumerate(params):
             buf = self.state[p].get("momentum_buffer") if p in self.state else None  # {} once state[p] was read
-            if buf is None:  # stored at commit only: a refused first step leaves no state behind
+            if buf is not None:
+                self._check_replaced(p.grad, buf, labels, j)
+            else:  # stored at commit only: a refused first step leaves no state behind
                 buf = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
                 plan.on_commit(lambda p=p, b=buf: self.state[p].__setitem__("momentum_buffer", b))
             buffers.append(buf)
