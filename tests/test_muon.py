@@ -558,3 +558,16 @@ def test_parameter_replaced_with_another_shape_or_dtype_is_named(opt_name):
         with pytest.raises(ValueError, match=r"params'\]\[0\].*changed shape or dtype"):
             opt.step()
         assert torch.equal(p.detach(), new) and torch.equal(opt.state[p]["momentum_buffer"], buf)
+
+
+def test_functional_orthogonalize_returning_its_input_does_not_corrupt_the_buffer():
+    # Review fix: the update is built in place in the orthogonaliser's output; an orthogonaliser that returns its
+    # input (an identity, e.g. for a test) made that the momentum buffer, which then held the new parameters.
+    # Expected: B' = μ B + (1 - μ) g = 0.5 g and W' = W - lr · B' (identity "msign", eps = 0, no decay).
+    g = torch.randn(4, 4, generator=torch.Generator().manual_seed(7))
+    W = torch.randn(4, 4, generator=torch.Generator().manual_seed(8))
+    params, bufs = [W.clone()], [torch.zeros(4, 4)]
+    functional.muon(params, [g], bufs, lr=0.1, weight_decay=0.0, momentum=0.5, nesterov=False,
+                    orthogonalize=lambda X: X, eps=0.0, adjust_lr_fn=None)
+    torch.testing.assert_close(bufs[0], 0.5 * g, rtol=0, atol=0)
+    torch.testing.assert_close(params[0], W - 0.1 * 0.5 * g, rtol=1e-6, atol=1e-7)  # fp32 rounding of one update

@@ -149,7 +149,8 @@ def muon_updates(
             for a first step).
         lr: float or 0-d tensor. weight_decay, momentum, eps: floats. nesterov: bool.
         orthogonalize: ``X -> msign(X)`` on ``(k, m, n)`` tensors, e.g. an
-            :class:`~svmuon.orthogonal.msign.Orthogonalizer`.
+            :class:`~svmuon.orthogonal.msign.Orthogonalizer`. Its result is overwritten (it becomes the new
+            parameters): it must not share memory with anything else than its input (which is copied then).
         adjust_lr_fn: see :func:`adjust_lr`.
         labels: names of the parameters for error messages (default ``"parameter i"``).
         plan: a plan to add to (default: a new one).
@@ -168,6 +169,8 @@ def muon_updates(
         new_B, U = _batch_momentum(idx, grads, momentum_buffers, momentum, nesterov)
         norm = torch.linalg.matrix_norm(U if U.dtype in (torch.float32, torch.float64) else U.float())
         O = orthogonalize(U)
+        if O.untyped_storage().data_ptr() == U.untyped_storage().data_ptr():  # e.g. an identity: O is written below
+            O = O.clone()
         scale = (adjust_lr(lr, adjust_lr_fn, tuple(P[0].shape)) * _damping(norm, 1.0, eps)).to(O.dtype)
         decay = 1 - lr * weight_decay
         if is_dtensor(P[0]):  # checked on the gathered whole: the same answer on every rank
