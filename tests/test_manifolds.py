@@ -203,6 +203,13 @@ def test_drift_factor_of_the_bands():
     assert drift_factor((0.0, 1.0)) == 0.25  # max σ²(1 - σ²) at σ² = 1/2
     grid = np.linspace(0.0, 0.9, 9001)  # independent: a grid maximum of σ²|σ² - 1| on [0, 0.9]
     assert drift_factor((0.0, 0.9)) == pytest.approx(np.max(grid**2 * np.abs(grid**2 - 1)), rel=1e-6)
+    # review fix: a NaN end gave nan, a reversed or negative range a made-up number
+    for bad in ((float("nan"), 1.0), (2.0, 1.0), (-1.0, 0.5), (0.0, float("inf"))):
+        with pytest.raises(ValueError, match="sigma_range"):
+            drift_factor(bad)
+    for bad in (5, (1.0,), ("a", 1.0), (True, 1.0)):
+        with pytest.raises(TypeError, match="sigma_range"):
+            drift_factor(bad)
 
 
 def test_steepest_direction_and_retract_along_numpy_and_batches(gen):

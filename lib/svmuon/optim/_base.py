@@ -36,7 +36,7 @@ def check_hyper(name: str, value: Any, *, upper: float = math.inf, tensor_ok: bo
             raise ValueError(f"Tensor lr must be 1-element: {name} has shape {tuple(value.shape)}")
         if not value.is_floating_point():
             raise TypeError(f"{name} must be a floating tensor, got dtype {value.dtype}")
-        value = float(value)
+        value = float(value.detach())  # a one-element lr may require grad (torch allows it): no warning
     elif isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     value = float(value)

@@ -19,6 +19,8 @@ kernels are what :class:`svmuon.optim.manifold_muon.ManifoldMuon` runs. Nothing 
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 import torch
@@ -86,8 +88,16 @@ def drift_factor(sigma_range: tuple[float, float]) -> float:
 
     Returns:
         A float >= 0.
+
+    Raises:
+        TypeError: ``sigma_range`` is not a pair of real numbers. ValueError: not ``0 <= lo <= hi < inf``.
     """
+    if (not isinstance(sigma_range, (tuple, list)) or len(sigma_range) != 2
+            or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in sigma_range)):
+        raise TypeError(f"sigma_range must be a pair (lo, hi) of real numbers, got {sigma_range!r}")
     lo, hi = float(sigma_range[0]), float(sigma_range[1])
+    if not (0.0 <= lo <= hi < math.inf):  # NaN fails too
+        raise ValueError(f"sigma_range must satisfy 0 <= lo <= hi < inf, got {sigma_range!r}")
     f = lambda x: x * x * abs(x * x - 1)  # noqa: E731
     candidates = [f(lo), f(hi)] + ([0.25] if lo * lo <= 0.5 <= hi * hi else [])
     return max(candidates)
