@@ -320,3 +320,22 @@ def test_orthogonalizer_is_msign_resolved_once(gen):
     bad[0, 0, 0] = float("nan")
     assert bool(torch.isfinite(Orthogonalizer("svd")(bad)).all())
     assert not bool(torch.isfinite(Orthogonalizer()(bad)[0]).all())  # Newton–Schulz propagates it
+
+
+def test_diverging_schedules_raise_instead_of_returning_inf(gen):
+    # Review fix: a user schedule whose polynomials grow on [0, 1] made the checked msign return ±inf (and NumPy
+    # printed overflow warnings while bounding its output). Independent: p(x) = x + 10x³ + 10x⁵ >= 3.5x for
+    # x >= 1/2 (the largest singular value of G/‖G‖_F for 4 x 4 G is >= 1/2), and p(x) >= 10x⁵ once x > 1: the
+    # iterates pass 1 after two steps and then grow doubly exponentially, beyond float64 well within 20 steps.
+    import warnings
+
+    G = torch.randn(4, 4, generator=gen)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="ns_coefficients diverge"):
+            msign(G, method="newton_schulz", ns_coefficients=[(1.0, 10.0, 10.0)], ns_steps=20)
+        # 3^100 = 5e47: finite in float64 (accepted), beyond float32 (the compute dtype here): refused at the output
+        with pytest.raises(ValueError, match="overflowed"):
+            msign(G, method="newton_schulz", ns_coefficients=[(3.0, 0.0, 0.0)], ns_steps=100)
+        assert bool(torch.isfinite(msign(G.double(), method="newton_schulz", ns_coefficients=[(3.0, 0.0, 0.0)],
+                                         ns_steps=100)).all())

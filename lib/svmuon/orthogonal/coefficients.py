@@ -233,9 +233,11 @@ def scalar_map(x: Any, ns_coefficients: Any = "polar_express", ns_steps: int | N
 @functools.lru_cache(maxsize=64)
 def _output_max(schedule: tuple[Triple, ...]) -> float:
     x = np.geomspace(1e-12, 1.0, 40001)  # ratio 1.0007 between neighbours: the peak is found to ~1e-6
-    for t in schedule:
-        x = _p(x, t)
-    return float(np.max(np.abs(x)))
+    with np.errstate(over="ignore", invalid="ignore"):  # a diverging schedule: inf, reported by the caller
+        for t in schedule:
+            x = _p(x, t)
+        peak = float(np.max(np.abs(x)))
+    return peak if math.isfinite(peak) else math.inf
 
 
 def output_max(schedule: Sequence[Sequence[float]]) -> float:
@@ -251,6 +253,7 @@ def output_max(schedule: Sequence[Sequence[float]]) -> float:
         schedule: the ``(a, b, c)`` triples, one per step (as from :func:`resolve_coefficients`).
 
     Returns:
-        A float ``> 0``; 1 (times the margin) for an empty schedule, whose output is ``G / ‖G‖_F``.
+        A float ``> 0``; 1 (times the margin) for an empty schedule, whose output is ``G / ‖G‖_F``;
+        ``inf`` for a schedule that overflows float64 on (0, 1] (it diverges).
     """
     return _output_max(tuple(tuple(float(v) for v in t) for t in schedule)) * (1 + 1e-5)

@@ -27,6 +27,7 @@ huge, with no additive epsilon; for ``c`` a power of two the results are bitwise
 
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
 from typing import Any, Sequence
@@ -97,7 +98,8 @@ def msign(
             the polar factor of a complex matrix needs the conjugate transpose, which this book never
             uses); ``compute_dtype`` is not a floating dtype; bad ``ns_steps``/``ns_coefficients`` types.
         ValueError: ``G`` has fewer than 2 dimensions, is empty, or holds NaN/Inf; unknown ``method``;
-            ``rcond`` negative or not finite; options given to the method that does not use them.
+            ``rcond`` negative or not finite; options given to the method that does not use them; a
+            Newton–Schulz schedule that diverges on (0, 1] or overflows the compute dtype.
 
     References:
         su2025orthogonal, bernstein2024old, higham2008functions (polar decomposition, Newton–Schulz),
@@ -116,6 +118,10 @@ def msign(
     else:
         out = Orthogonalizer(method, ns_steps=ns_steps, ns_coefficients=ns_coefficients,
                              compute_dtype=compute_dtype, rcond=rcond)(T)
+        if not bool(torch.isfinite(out).all()):  # finite input, so the schedule overflowed the compute dtype
+            raise ValueError(f"msign: the Newton–Schulz iteration overflowed {compute_dtype or 'its compute dtype'} "
+                             f"(ns_coefficients={ns_coefficients!r}, ns_steps={ns_steps!r}): its polynomials grow "
+                             "beyond the dtype's range on [0, 1]; use a bounded schedule or a wider compute_dtype")
     return out.numpy() if was_numpy else out
 
 
@@ -191,6 +197,10 @@ class Orthogonalizer:
             raise TypeError(f"compute_dtype must be None or a floating torch.dtype, got {compute_dtype!r}")
         self.compute_dtype = compute_dtype
         self.sigma_range = (0.0, output_max(self.schedule))
+        if not math.isfinite(self.sigma_range[1]):
+            raise ValueError(f"ns_coefficients diverge: {self.ns_steps} steps of {ns_coefficients!r} map singular "
+                             "values in (0, 1] beyond the float64 range; use a schedule whose polynomials stay "
+                             "bounded on [0, 1] (e.g. 'polar_express')")
 
     def __call__(self, X: torch.Tensor) -> torch.Tensor:
         """``msign(X)`` for a tensor ``(..., m, n)``, unchecked (see the class docstring)."""
