@@ -521,3 +521,42 @@ def test_distribution_entropies_have_zero_gradient_at_zero_entries():
         # on the support: finite differences of the scale-free function y -> H_q(y / Σy)
         x = p.detach()[:3].clone().requires_grad_()
         assert torch.autograd.gradcheck(lambda y: renyi_entropy(y / y.sum(), q), (x,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_huge_finite_orders_approach_the_min_entropy(dtype, gen):
+    # Review fix: q (ℓ_max - log s) overflowed for q near 1e308 and the result was NaN (float32 already at q > 3.4e38,
+    # where q itself rounds to inf and inf · 0 = NaN). Independent bound: H_∞ <= H_q <= H_∞ + log k / (q - 1),
+    # H_∞ = -log max p, so at these q the two agree to the dtype's rounding of H_∞ (4 ulp of ~1).
+    p = torch.rand(6, generator=gen, dtype=torch.float64)
+    p = p / p.sum()
+    W = torch.randn(5, 3, generator=gen, dtype=torch.float64)
+    s = torch.linalg.svdvals(W)
+    tol = 4 * torch.finfo(dtype).eps
+    for q in (1e30, 3.5e38, 1e300, 1e308):
+        assert float(renyi_entropy(p.to(dtype), q)) == pytest.approx(-math.log(float(p.max())), abs=tol)
+        assert float(singular_value_entropy(W.to(dtype), q)) == pytest.approx(-math.log(float(s[0] / s.sum())), abs=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ranks_and_entropies_for_entries_near_the_largest_float(dtype, gen):
+    # Review fix: σ_1 of a finite matrix can overflow (3e38 · ones(3, 3) has σ_1 = 9e38 in float32): stable_rank,
+    # the spectral distribution and every SVD-based entropy were NaN. Expected: float64 singular values of the
+    # unscaled matrix (all these are scale invariant), and for the rank-one matrix the exact 1, (1, 0, 0), 0.
+    from svmuon.spectral import spectral_distribution
+
+    big = torch.finfo(dtype).max
+    ones = torch.full((3, 3), big / 1.2, dtype=dtype)
+    assert float(stable_rank(ones)) == pytest.approx(1.0, rel=1e-6)
+    assert torch.equal(spectral_distribution(ones), torch.tensor([1.0, 0.0, 0.0], dtype=dtype))
+    assert float(singular_value_entropy(ones)) == 0.0
+    W0 = torch.randn(6, 4, generator=gen, dtype=torch.float64)
+    W0 = W0 / W0.abs().max()
+    s = torch.linalg.svdvals(W0)
+    W = (W0 * big / 1.01).to(dtype)  # entries up to 0.99 max: finite, σ_1 beyond the range
+    rel = 1e-5 if dtype == torch.float32 else 1e-12  # one rounding of each entry, amplified by the SVD
+    assert float(stable_rank(W)) == pytest.approx(float((s**2).sum() / s[0] ** 2), rel=rel)
+    for q, power in ((1.0, 1), (0.5, 2), (3.0, 1)):
+        p = s**power / (s**power).sum()
+        expected = mp_renyi(p.numpy(), q)
+        assert float(singular_value_entropy(W, q, power)) == pytest.approx(expected, rel=rel)

@@ -30,6 +30,7 @@ from svmuon.spectral.spectrum import (
     _distribution,
     _finish,
     _prepare_matrix,
+    _scale_free,
     _svdvals,
     _work_dtype,
 )
@@ -116,8 +117,11 @@ def _renyi(p: torch.Tensor, q: float) -> torch.Tensor:
     # log Σ p^q = q·ℓ_max + log Σ exp(q (ℓ - ℓ_max)), ℓ = log p (ℓ = -inf where p = 0, and q > 0 here).
     log_p = torch.where(positive, log_p, torch.full_like(p, -math.inf))
     top = log_p.amax(dim=-1, keepdim=True)
-    lse = q * top.squeeze(-1) + torch.logsumexp(q * (log_p - top), dim=-1)
-    return (lse - q * log_s) / (1.0 - q)
+    # H_q = (q ℓ_max + L - q log s)/(1 - q) = q/(q-1) (log s - ℓ_max) - L/(q-1), L = log Σ e^{q(ℓ-ℓ_max)} in
+    # [0, log k]: in the first form q ℓ_max overflows for q near 1e308 (NaN), in the second nothing does
+    q_arg = min(q, torch.finfo(p.dtype).max)  # q itself would round to inf in float32, and inf · 0 = NaN at ℓ_max
+    lse_rest = torch.logsumexp(q_arg * (log_p - top), dim=-1)
+    return (q / (q - 1.0)) * (log_s - top.squeeze(-1)) - lse_rest / (q - 1.0)
 
 
 def shannon_entropy(p: Any, dim: int = -1) -> torch.Tensor | np.ndarray:
@@ -212,7 +216,7 @@ def _spectral_entropy(W: Any, q: Any, power: Any, rtol: Any = None) -> tuple[tor
     k = min(work.shape[-2:])
     if q == 2.0 and power == 2.0 and not rtol:  # the participation ratio: smooth, from traces (no SVD)
         return _participation(work), dtype, was_numpy, k
-    p = _distribution(_svdvals(work), power, tuple(work.shape), rtol)
+    p = _distribution(_svdvals(_scale_free(work)), power, tuple(work.shape), rtol)
     return _renyi(p, q), dtype, was_numpy, k
 
 
@@ -331,7 +335,7 @@ def stable_rank(W: Any) -> torch.Tensor | np.ndarray:
         roy2007effective (for the family of effective ranks).
     """
     work, dtype, was_numpy = _prepare_matrix(W, "W")
-    sigma = _svdvals(work)
+    sigma = _svdvals(_scale_free(work))  # σ_1 could overflow for finite W; the ratio does not depend on scale
     top = sigma[..., 0]
     if bool((top == 0).any()):
         raise ValueError(f"W must not be the zero matrix: its stable rank ‖W‖_F² / ‖W‖_2² = 0 / 0 is undefined "

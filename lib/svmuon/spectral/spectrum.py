@@ -68,6 +68,17 @@ def _svdvals(W: torch.Tensor) -> torch.Tensor:
     return torch.linalg.svdvals(W)
 
 
+def _scale_free(W: torch.Tensor) -> torch.Tensor:
+    """``W`` divided by the power of two just above its largest entry (exact; a constant for autograd).
+
+    For the scale-invariant functions (the distribution, entropies, ranks): σ_1 of a finite matrix can
+    overflow (3e38 · ones(3, 3) in float32 has σ_1 = 9e38), and then σ / σ_1 is NaN.
+    """
+    from svmuon.orthogonal.msign import power_of_two_scale
+
+    return W / power_of_two_scale(W.detach())
+
+
 def singular_values(W: Any) -> torch.Tensor | np.ndarray:
     """Singular values of a matrix or a batch of matrices, in descending order.
 
@@ -157,5 +168,5 @@ def spectral_distribution(W: Any, power: float = 1, *, rtol: float | None = None
     power = _check_power(power)
     rtol = _check_rtol(rtol)
     work, dtype, was_numpy = _prepare_matrix(W, "W")
-    p = _distribution(_svdvals(work), power, tuple(work.shape), rtol)
+    p = _distribution(_svdvals(_scale_free(work)), power, tuple(work.shape), rtol)
     return _finish(p, dtype, was_numpy)
