@@ -208,11 +208,12 @@ class MatrixOptimizer(torch.optim.Optimizer):
         ``skipped_steps`` (0 if the dict has none, e.g. one saved by torch.optim.Muon).
 
         What is loaded is checked as the constructor checks its arguments: every group's options (those in
-        ``_optional_options`` keep this optimizer's defaults, i.e. its constructor arguments, when absent, e.g.
-        ``compute_dtype`` and ``nan_policy`` for a torch.optim.Muon state dict; any other missing option means
-        a state dict of another optimizer) and every parameter's state entry (shapes, counters). A refused state dict raises
-        ``ValueError``/``TypeError`` naming the group or parameter and leaves the optimizer as it was (load
-        post-hooks registered by the user may already have run).
+        ``_optional_options`` keep this optimizer's defaults, i.e. its constructor arguments, when absent,
+        e.g. ``compute_dtype`` and ``nan_policy`` for a torch.optim.Muon state dict; any other missing
+        option means a state dict of another optimizer) and every parameter's state entry (shapes,
+        counters). A refused state dict raises ``ValueError``/``TypeError`` naming the group or parameter
+        and leaves the optimizer as it was (load post-hooks registered by the user may already have run).
+        NumPy scalar options are stored as Python numbers, as in :meth:`add_param_group`.
         """
         name = type(self).__name__
         skipped = state_dict.get("skipped_steps", 0)
@@ -228,6 +229,9 @@ class MatrixOptimizer(torch.optim.Optimizer):
                                      f"{name}: is this the state dict of another optimizer?")
                 for key in self._optional_options:
                     group.setdefault(key, self.defaults[key])
+                for key, value in group.items():
+                    if isinstance(value, np.generic):
+                        group[key] = value.item()
                 try:
                     self._check_options(group)
                 except (TypeError, ValueError) as err:

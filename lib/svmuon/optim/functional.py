@@ -271,7 +271,7 @@ def manifold_muon_updates(
         W = whole(P[0]).unsqueeze(0) if dt else _stack(P)  # FSDP2: the whole matrix, on every rank
         Wc, Uc = manifold._to_canonical(_flat(W)), manifold._to_canonical(_flat(U.to(W.dtype)))
         # an exact power-of-two rescaling: the direction and the eps ratio do not depend on the size of U, and
-        # WᵀU, ‖U‖_F, ‖P_W(U)‖_F cannot overflow for a finite U (a gradient of 1e38 was refused as "not finite")
+        # WᵀU, ‖U‖_F, ‖P_W(U)‖_F cannot overflow for a finite U (a 1e38 gradient was refused as "not finite")
         u_scale = power_of_two_scale(Uc)
         Uc = Uc / u_scale
         state = _stacked_state(manifold, Wc, [solver_states[i] if solver_states else {} for i in idx], W.shape[1:])

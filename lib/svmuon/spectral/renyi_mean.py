@@ -135,7 +135,7 @@ def _mean_large_q(n: np.ndarray, q: float) -> np.ndarray:
         lo = -_TAIL + 3.0
     else:
         lo = -max(_TAIL - 3.0, (_TAIL + log_n + special.gammaln(q + 1.0)) / q)
-    # Φ^n steepens like 1/log n (q = ∞, Gumbel) but no further than 1/q (for log n >> q, n(1 - Φ) ~ n Γ(q+1) e^{qw})
+    # Φ^n steepens like 1/log n (q = ∞, Gumbel), but no further than 1/q (log n >> q: n(1 - Φ) ~ n Γ(q+1) e^{qw})
     w, h = _trapezoid_grid(lo, hi, min(_H_W, _H_W_LOG / min(log_n, q)))
     log_cdf = _log_cdf_large_q(q, w, log_n)
     head = np.expm1(-np.exp(w))  # exp(-e^w) - 1
