@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from svmuon.bench import orthogonal
 
 
+@pytest.mark.slow  # ~30 s: four optimizers, two schedules, geoopt start-up; more rounds at small n
 def test_bench_orthogonal_smoke(tmp_path):
     out = tmp_path / "o.json"
     assert orthogonal.main(["--sizes", "8", "--count", "2", "--repeats", "1", "--output", str(out)]) == 0

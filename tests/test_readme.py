@@ -41,3 +41,33 @@ def test_requirements_pins():
     assert "-e ." in req
     unpinned = [r for r in req if r and not r.startswith(("#", "-e")) and "==" not in r]
     assert unpinned == []
+
+
+def test_fast_run_in_readme_and_slow_and_browser_runs_in_ci():
+    assert '-m "not slow"' in _ci_extract("test")
+    script = (ROOT / ".ci" / "run").read_text()
+    build_at = script.index('bash -c "$build_cmd"')
+    slow_at = script.index("pytest -m slow")
+    assert build_at < slow_at  # the browser test needs the built book
+    assert "BOOK_BROWSER_REQUIRED=1" in script and "BOOK_HTML=_build/html" in script
+    assert "command -v chromium" in script and "apt-get install" in script
+
+
+def _code_blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", README, re.S)
+
+
+def test_no_bare_python_in_commands():
+    # a bare `python` fails outside the virtual environment: commands use .venv/bin/python (or python3 -m venv)
+    for block in _code_blocks("bash"):
+        for line in block.splitlines():
+            assert not re.search(r"(^|[\s;&|(])python\s", line), line
+
+
+def test_library_snippet_runs_and_uses_its_imports():
+    (snippet,) = _code_blocks("python")
+    imported = re.search(r"from svmuon import (.+)", snippet).group(1).replace(" ", "").split(",")
+    body = snippet.split(re.search(r"from svmuon import .+", snippet).group(0), 1)[1]
+    for name in imported:
+        assert re.search(rf"\b{name}\(", body), f"the README snippet imports {name} but never calls it"
+    exec(compile(snippet, "README.md", "exec"), {})  # noqa: S102 - the README's own example
