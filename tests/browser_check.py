@@ -19,6 +19,7 @@ Checks (each problem is one line ``kind: detail``):
 * ``small-figure``: an image shown below ``min_figure_ratio`` of its natural width (``desktop`` only);
 * ``broken-image``: an image that did not load;
 * ``code-scroll``: a code cell (input or text output) that scrolls sideways (``desktop`` only);
+* ``table-scroll``: a table wider than the column, which scrolls inside its box (``desktop`` only);
 * ``split-output`` / ``empty-output``: one cell's stdout shown in several boxes, or an empty output box;
 * ``page-scroll``: the page itself scrolls sideways (every width);
 * ``ipynb``: no ``.ipynb`` download link where one is expected, or the file is not an executed notebook.
@@ -152,6 +153,14 @@ _PAGE_CHECKS = r"""
         const line = pre.textContent.split("\n").reduce((a, b) => (b.length > a.length ? b : a), "");
         out.push(`code-scroll: ${over}px too wide: "${short(line).slice(0, 60)}" ${where(pre)}`);
       }
+    }
+  }
+  // tables (pandas output or Markdown) wider than the column: they scroll inside their box
+  if (desktop) {
+    for (const t of article.querySelectorAll("table")) {
+      const box = t.closest("div.output, div.cell_output, div.pst-scrollable-table-container, .table-wrapper") || t.parentElement;
+      const over = Math.max(t.getBoundingClientRect().width, t.scrollWidth) - box.clientWidth;
+      if (over > 2) out.push(`table-scroll: a table ${Math.round(over)}px wider than the column ${where(t)}`);
     }
   }
   // one cell's stdout in several boxes, or empty output boxes

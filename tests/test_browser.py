@@ -70,6 +70,7 @@ _CLEAN = r"""
 <div class="cell_output"><div class="output stream"><pre>hello
 world</pre></div></div></div>
 <div class="cell"><div class="cell_output"><img src="narrow.png" alt="a figure as myst-nb places it"></div></div>
+<table><tr><td>a</td><td>small</td><td>table</td></tr></table>
 <p>Price in prose: 5 $ and a path C:\Temp are not TeX.</p>
 </section>
 """
@@ -93,6 +94,9 @@ _DEFECTS = {
     "page-scroll": ('<div style="width: 900px">a wide block</div>', 412, {"page-scroll"}, False),
     "code-scroll": ('<div class="highlight"><pre style="white-space: pre; overflow-x: auto">' + "x = 1  # " + "long comment " * 20
                     + "</pre></div>", 1300, {"code-scroll"}, False),
+    "table-scroll": ('<div class="cell_output"><div class="output text_html" style="overflow-x: auto"><table class="dataframe">'
+                     + "<tr>" + "<td>column&nbsp;with&nbsp;a&nbsp;long&nbsp;name</td>" * 8 + "</tr></table></div></div>",
+                     1300, {"table-scroll"}, False),
     "split-output": ('<div class="cell_output"><div class="output stream"><pre>a</pre></div>'
                      '<div class="output stream"><pre>b</pre></div></div>', 1300, {"split-output"}, False),
     "empty-output": ('<div class="cell_output"><div class="output stream"><pre></pre></div></div>', 1300,
