@@ -15,7 +15,8 @@ Checks (each problem is one line ``kind: detail``):
 * ``request``: a resource that failed to load (HTTP status >= 400) or needed the network;
 * ``mathjax``: MathJax missing on a page with math, a TeX error box (``merror``), or an undefined macro;
 * ``raw-tex``: TeX source left as text outside code (``$x$``, ``\\alpha``, ``\\[``);
-* ``clipped-equation``: a display equation wider than its box (``desktop`` widths only);
+* ``clipped-equation``: a display equation wider than its box (``desktop`` widths only), or one drawn under
+  its equation number (every width);
 * ``small-figure``: an image shown below ``min_figure_ratio`` of its natural width (``desktop`` only);
 * ``broken-image``: an image that did not load;
 * ``code-scroll``: a code cell (input or text output) that scrolls sideways (``desktop`` only);
@@ -136,6 +137,25 @@ _PAGE_CHECKS = r"""
         out.push(`clipped-equation: ${num ? num.firstChild.textContent.trim() + " " : ""}${over}px too wide ${where(c)}`);
       }
     }
+  }
+  // a display equation whose start is cut off (centred and wider than its box: its left part cannot be
+  // scrolled to), at any width
+  for (const c of document.querySelectorAll('mjx-container[display="true"]')) {
+    const m = c.querySelector("mjx-math"), box = c.closest("div.math") || c;
+    const left = Math.max(c.getBoundingClientRect().left, box.getBoundingClientRect().left);
+    if (m && m.getBoundingClientRect().left < left - 2 && c.scrollLeft === 0 && box.scrollLeft === 0) {
+      const num = c.closest("div.math") && c.closest("div.math").querySelector(".eqno");
+      out.push(`clipped-equation: ${num ? num.firstChild.textContent.trim() + " " : ""}its start is cut off ${where(c)}`);
+    }
+  }
+  // an equation number drawn over its equation (at any width)
+  for (const box of document.querySelectorAll("div.math")) {
+    const num = box.querySelector(".eqno"), math = box.querySelector("mjx-math");
+    if (!num || !math) continue;
+    const a = num.getBoundingClientRect(), b = math.getBoundingClientRect(), c = box.getBoundingClientRect();
+    const visibleRight = Math.min(b.right, c.right);  // the part of the equation not scrolled out of its box
+    if (a.left < visibleRight - 2 && b.left < a.right && a.top < b.bottom && b.top < a.bottom)
+      out.push(`clipped-equation: ${num.firstChild.textContent.trim()} is drawn over its number ${where(box)}`);
   }
   // images: broken, or shown much smaller than drawn
   for (const img of article.querySelectorAll("img")) {

@@ -82,6 +82,12 @@ _DEFECTS = {
         a_1 + a_2 + a_3 + a_4 + a_5 + a_6 + a_7 + a_8 + a_9 + a_{10} + a_{11} + a_{12} + a_{13} + a_{14} + a_{15}
         + a_{16} + a_{17} + a_{18} + a_{19} + a_{20} + a_{21} + a_{22} + a_{23} + a_{24} + a_{25} + a_{26} \]</div>""",
                          1300, {"clipped-equation"}, False),
+    "equation-start-cut": (r"""<div class="math" style="display: flex; flex-direction: column; align-items: center">
+        \[ a_1 + a_2 + a_3 + a_4 + a_5 + a_6 + a_7 + a_8 + a_9 + a_{10} + a_{11} + a_{12} + a_{13} \]</div>""",
+                           412, {"clipped-equation"}, False),  # centred flex item wider than the phone
+    "equation-under-number": (r"""<div class="math" style="position: relative"><span class="eqno"
+        style="position: absolute; left: 40%; top: 0.5em; width: 20%; background: #fff">(3.1)</span>
+        \[ x + y = z \]</div>""", 1300, {"clipped-equation"}, False),
     "small-figure": ('<img src="wide.png" alt="drawn too wide for the column">', 1300, {"small-figure"}, False),
     "broken-image": ('<img src="missing.png" alt="missing">', 1300, {"broken-image", "request"}, False),
     "raw-tex": (r'<p class="tex2jax_ignore">The mean is $\mu_1 + \sigma^2$ here.</p>', 1300, {"raw-tex"}, False),
