@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from svmuon.bench import msign as bench
 
 
+@pytest.mark.slow  # an SVD and three schedules, timed, plus a torch.optim.Muon step in bf16: ~10 s
 def test_bench_msign_smoke(tmp_path, capsys):
     out = tmp_path / "msign.json"
     assert bench.main(["--sizes", "32", "--muon-sizes", "16", "--repeats", "1", "--device", "cpu",

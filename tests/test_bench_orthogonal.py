@@ -9,10 +9,11 @@ import pytest
 from svmuon.bench import orthogonal
 
 
-@pytest.mark.slow  # ~30 s: four optimizers, two schedules, geoopt start-up; more rounds at small n
+@pytest.mark.slow  # imports geoopt and runs four optimizers (~10 s on the shared 2-core machine)
 def test_bench_orthogonal_smoke(tmp_path):
     out = tmp_path / "o.json"
-    assert orthogonal.main(["--sizes", "8", "--count", "2", "--repeats", "1", "--output", str(out)]) == 0
+    assert orthogonal.main(["--sizes", "8", "--count", "2", "--repeats", "1", "--rounds", "2",
+                            "--output", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["benchmark"] == "orthogonal" and data["goal"] == "orthogonal_muon/muon <= 1.3"
     rows = data["results"]

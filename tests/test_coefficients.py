@@ -105,3 +105,35 @@ def test_resolve_and_defaults():
         resolve_coefficients([], 2)
     with pytest.raises(ValueError):
         optimal_quintic(0.0, 1.0)
+
+
+def test_keller_jordan_band_from_mpmath():
+    # Independent route: the 5-fold composition evaluated in mpmath (50 digits); its minimum over
+    # [1e-3, 1] sits at the left end (checked on a grid in mpmath) and its maximum at the root of the
+    # derivative near x = 0.0041 (mpmath.findroot). The stored band is both ends rounded outward to 4 digits.
+    import mpmath as mp
+
+    from svmuon.orthogonal.coefficients import KELLER_JORDAN_BAND, output_max
+
+    mp.mp.dps = 50
+    a, b, c = (mp.mpf(v) for v in ("3.4445", "-4.7750", "2.0315"))
+
+    def p5(x):
+        for _ in range(5):
+            x = a * x + b * x**3 + c * x**5
+        return x
+
+    lo = p5(mp.mpf("1e-3"))
+    xs = [mp.mpf(10) ** (mp.mpf(-3) + 3 * mp.mpf(k) / 2000) for k in range(2001)]  # log grid on [1e-3, 1]
+    grid = [p5(x) for x in xs]
+    assert min(grid) == lo  # the minimum is at the left end
+    # every local maximum of the grid, refined to the root of p5' in its bracket (Illinois solver)
+    peaks = [k for k in range(1, 2000) if grid[k - 1] <= grid[k] >= grid[k + 1]]
+    roots = [mp.findroot(lambda x: mp.diff(p5, x), (xs[k - 1], xs[k + 1]), solver="illinois") for k in peaks]
+    hi = max([p5(x) for x in roots] + [grid[-1]])
+    assert max(grid) <= hi  # no larger value anywhere on the grid
+    assert KELLER_JORDAN_BAND[0] <= lo < KELLER_JORDAN_BAND[0] + 1e-4
+    assert KELLER_JORDAN_BAND[1] - 1e-4 < hi <= KELLER_JORDAN_BAND[1]
+    # output_max (grid + 1e-5 margin) bounds the true maximum from above, by at most ~2e-5 relative
+    sigma_max = output_max(resolve_coefficients("keller_jordan", 5))
+    assert float(hi) <= sigma_max <= float(hi) * (1 + 2e-5)

@@ -112,6 +112,22 @@ def test_continuity_at_q_equal_one(dtype):
             assert abs(hq - h1 - slope * sign * delta) <= 2 * delta**2 + 50 * eps, (delta, sign)
 
 
+def test_near_one_matches_exactly_renormalised_mpmath():
+    # Erratum (chapter "Singular values and their entropy", "Evaluating near q = 1"): the float64 p below sums to
+    # 1 - 1.39e-17 exactly, the library returns H_q of p / Σp, so the reference must renormalise exactly; then the
+    # error stays at rounding level (< 1e-14 relative) for every q - 1 down to 1e-14, while the naive formula's
+    # error is ε/|q-1|, about 2e-3 at q - 1 = 1e-14 (not "order one").
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=torch.float64)
+    x = [mpmath.mpf(float(v)) for v in p]
+    assert abs(float(mpmath.fsum(x) - 1) + 1.3878e-17) < 1e-20
+    for delta in (1e-2, 1e-5, 1e-8, 1e-11, 1e-14):
+        q = mpmath.mpf(1 + delta)
+        exact = mpmath.log(mpmath.fsum((v / mpmath.fsum(x)) ** q for v in x)) / (1 - q)
+        assert abs(float(renyi_entropy(p, 1 + delta)) - exact) / exact < 1e-14
+        naive = math.log(float((p ** (1 + delta)).sum())) / (-delta)
+        assert float(abs(naive - exact) / exact) < (3e-3 if delta == 1e-14 else 1e-5)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_dtype_and_batch(dtype):
     p = torch.from_numpy(np.stack([dirichlet(7, np.random.default_rng(s)) for s in range(6)])).to(dtype).reshape(2, 3, 7)
@@ -326,3 +342,159 @@ def test_cuda_matches_cpu(gen):
             assert got.device.type == "cuda" and got.dtype == dtype
             torch.testing.assert_close(got.cpu(), singular_value_entropy(W.to(dtype), q, power), **TOL[dtype])
         torch.testing.assert_close(stable_rank(W.to("cuda", dtype)).cpu(), stable_rank(W.to(dtype)), **TOL[dtype])
+
+
+# ---------------------------------------------------------------- gradients
+#
+# Reference: the gradient of a spectral function f(σ) is U diag(∂f/∂σ) Vᵀ (Lewis 1995, for absolutely symmetric
+# f differentiable at σ). ∂H_q/∂σ_i is written out by hand below from p_i = σ_i^P / Σσ^P, in float64 on the
+# SVD of the same matrix; singular values the library counts as zeros get ∂f/∂σ_i = 0 (the function does not
+# depend on them near W). Finite differences (torch.autograd.gradcheck) check both the formula and the code.
+
+ORDERS = [0.0, 0.3, 0.5, 1.0, 1.7, 2.0, 3.5, math.inf]
+
+
+def analytic_gradient(W64: torch.Tensor, q: float, power: float, rtol: float) -> torch.Tensor:
+    """∇_W H_q(p(σ(W))) in float64 by the chain rule through the SVD; σ_i <= rtol σ_1 contribute nothing."""
+    U, s, Vh = torch.linalg.svd(W64, full_matrices=False)
+    keep = s > rtol * s[0]
+    sk = s[keep]
+    p = sk**power / (sk**power).sum()
+    if q == 0.0:
+        dH_dp = torch.zeros_like(p)
+    elif q == 1.0:
+        dH_dp = -(torch.log(p) + 1)
+    elif q == math.inf:
+        dH_dp = torch.zeros_like(p)
+        dH_dp[0] = -1 / p[0]
+    else:
+        dH_dp = q * p ** (q - 1) / ((1 - q) * (p**q).sum())
+    g = torch.zeros_like(s)
+    g[keep] = power * p / sk * (dH_dp - (p * dH_dp).sum())  # ∂p_j/∂σ_i = (P/σ_i) p_i (δ_ij - p_j)
+    return U @ torch.diag(g) @ Vh
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.linalg.matrix_norm(a.double() - b.double()) / torch.linalg.matrix_norm(b.double()).clamp_min(1e-300))
+
+
+@pytest.mark.parametrize("q", ORDERS)
+@pytest.mark.parametrize("power", [1, 2])
+def test_gradient_matches_finite_differences(q, power, gen):
+    # float64, singular values well apart (simple σ_1 for q = inf): gradcheck's central differences with
+    # step 1e-6 have error ~1e-10, far inside its rtol 1e-3 / atol 1e-5.
+    W = with_spectrum([3.0, 2.2, 1.5, 0.9, 0.4], 7, 5, gen).requires_grad_()
+    assert torch.autograd.gradcheck(lambda X: singular_value_entropy(X, q, power), (W,))
+    assert torch.autograd.gradcheck(lambda X: effective_rank(X, q, power, rtol=0.0), (W,))
+    got = torch.autograd.grad(singular_value_entropy(W, q, power), W)[0]
+    assert relative_error(got, analytic_gradient(W.detach(), q, power, 0.0)) < 1e-10 or q == 0.0
+    if q == 0.0:
+        assert float(got.abs().max()) == 0.0  # the numerical rank is piecewise constant
+
+
+def test_stable_rank_and_normalized_gradients_match_finite_differences(gen):
+    W = with_spectrum([3.0, 2.2, 1.5, 0.9, 0.4], 5, 7, gen).requires_grad_()
+    assert torch.autograd.gradcheck(stable_rank, (W,))
+    assert torch.autograd.gradcheck(lambda X: singular_value_entropy(X, 1.5, 2, normalize=True), (W,))
+    batch = torch.stack([W.detach(), 2 * W.detach().flip(0)]).requires_grad_()
+    assert torch.autograd.gradcheck(lambda X: singular_value_entropy(X, 0.7, 1).sum(), (batch,))
+
+
+# A float32 matrix with condition number 1e7. Its smallest singular value lies below the default float32
+# threshold max(m, n) eps = 8 · 1.2e-7, so by default it counts as a zero: the library's function is the
+# entropy of the other five, differentiable here, and its gradient is computed to float32 accuracy
+# (kept singular values >= 0.2 are separated by >= 0.2: vectors and values to ~1e-6; tolerance 1e-4).
+COND_1E7 = [1.0, 0.8, 0.6, 0.4, 0.2, 1e-7]
+
+
+@pytest.mark.parametrize("q", ORDERS)
+@pytest.mark.parametrize("power", [1, 2])
+def test_float32_condition_1e7_default_threshold(q, power, gen):
+    W = with_spectrum(COND_1E7, 8, 6, gen, dtype=torch.float32).requires_grad_()  # regression: all NaN before
+    got = torch.autograd.grad(singular_value_entropy(W, q, power), W)[0]
+    assert got.dtype == torch.float32 and bool(torch.isfinite(got).all())
+    rtol32 = 8 * torch.finfo(torch.float32).eps
+    expected = analytic_gradient(W.detach().double(), q, power, rtol32)
+    if q == 0.0 or (q == 2.0 and power == 2):  # rank: gradient 0; participation ratio: no threshold, see below
+        expected = torch.zeros_like(expected) if q == 0.0 else analytic_gradient(W.detach().double(), q, power, 0.0)
+    assert relative_error(got, expected) < 1e-4 if q != 0.0 else float(got.abs().max()) == 0.0
+    for fn in (lambda X: effective_rank(X, q, power), stable_rank):
+        assert bool(torch.isfinite(torch.autograd.grad(fn(W), W)[0]).all())
+
+
+# With rtol=0.0 the smallest singular value counts, and the function is smooth (full rank). Its gradient is
+# then as well conditioned as float32 allows. For a square matrix: σ_6 = 1e-7 is computed with an absolute
+# error ~ eps σ_1 (up to ~100 % relative) while u_6, v_6 are fixed by the gap 0.2 to σ_5; ∂H/∂σ_6 depends on
+# log σ_6 (q = 1), σ_6^{q-1} (power 1) or σ_6^{2q-1} (power 2). Where that dependence is at most logarithmic
+# (q >= 1, or power 2 with q >= 1/2) the gradient is right to ~1 % (measured over three seeds: <= 1.1 %;
+# tolerance 5 %). Below that, and for a tall matrix (whose u_6 mixes with the left null space: its "gap" is
+# σ_6 itself), no float32 computation can be accurate and the test asks only for a finite gradient; the
+# default threshold, above, is the remedy.
+@pytest.mark.parametrize("q", ORDERS)
+@pytest.mark.parametrize("power", [1, 2])
+def test_float32_condition_1e7_untruncated(q, power, gen):
+    square = with_spectrum(COND_1E7, 6, 6, gen, dtype=torch.float32).requires_grad_()
+    got = torch.autograd.grad(singular_value_entropy(square, q, power, rtol=0.0), square)[0]
+    assert bool(torch.isfinite(got).all())
+    if q >= 1.0 or (power == 2 and q >= 0.5):
+        assert relative_error(got, analytic_gradient(square.detach().double(), q, power, 0.0)) < 0.05
+    tall = with_spectrum(COND_1E7, 8, 6, gen, dtype=torch.float32).requires_grad_()
+    assert bool(torch.isfinite(torch.autograd.grad(singular_value_entropy(tall, q, power, rtol=0.0), tall)[0]).all())
+
+
+@pytest.mark.parametrize("q", [0.5, 1.0, 2.0, 3.0, math.inf])
+@pytest.mark.parametrize("power", [1, 2])
+def test_rank_deficient_gradient_is_finite_and_along_the_support(q, power, gen):
+    # Rank 3 in float64: σ_4, σ_5 ~ 1e-16 fall below the threshold. The gradient is that of the entropy of the
+    # three non-zero singular values (the value does not depend on the others near W): finite, never NaN.
+    W = with_spectrum([2.0, 1.3, 0.5, 0.0, 0.0], 6, 5, gen).requires_grad_()
+    got = torch.autograd.grad(singular_value_entropy(W, q, power), W)[0]
+    rtol = 6 * torch.finfo(torch.float64).eps
+    expected = analytic_gradient(W.detach(), q, power, 0.0 if (q == 2.0 and power == 2) else rtol)
+    assert relative_error(got, expected) < 1e-10
+
+
+def test_participation_ratio_is_smooth_on_rank_deficient_matrices(gen):
+    # H_2 with p ∝ σ² = 2 log tr G - log tr G², G = WᵀW: a smooth function of W != 0, whatever its rank
+    # (regression: all NaN before). Finite differences through the rank-deficient point, and the closed form
+    # ∇ = 4W/‖W‖_F² - 4 W G / tr G² as an independent expected value.
+    A = torch.randn(6, 2, generator=gen, dtype=torch.float64)
+    B = torch.randn(2, 5, generator=gen, dtype=torch.float64)
+    W = (A @ B).requires_grad_()  # rank 2
+    assert torch.autograd.gradcheck(lambda X: singular_value_entropy(X, 2, 2), (W,))
+    assert torch.autograd.gradcheck(lambda X: effective_rank(X, 2, 2), (W,))
+    G = W.detach().T @ W.detach()
+    expected = 4 * W.detach() / torch.trace(G) - 4 * W.detach() @ G / torch.trace(G @ G)
+    got = torch.autograd.grad(singular_value_entropy(W, 2, 2), W)[0]
+    assert relative_error(got, expected) < 1e-12
+    # the value equals the SVD route (Σσ²)² / Σσ⁴ to rounding, for tall, wide and batched input
+    for X in (W.detach(), W.detach().T, torch.stack([W.detach(), torch.randn(6, 5, generator=gen, dtype=torch.float64)])):
+        s = torch.linalg.svdvals(X)
+        torch.testing.assert_close(effective_rank(X, 2, 2), (s**2).sum(-1) ** 2 / (s**4).sum(-1), rtol=1e-13, atol=0)
+    # rank one: exactly the minimum 0 (clamped, never a negative rounding artefact), gradient 0 there
+    R = torch.outer(torch.randn(4, generator=gen, dtype=torch.float64), torch.randn(3, generator=gen, dtype=torch.float64))
+    assert 0.0 <= float(singular_value_entropy(R, 2, 2)) < 1e-15
+    with pytest.raises(ValueError, match="zero matrix"):
+        singular_value_entropy(torch.zeros(3, 2), 2, 2)
+
+
+def test_stable_rank_gradient_condition_1e7_and_rank_deficient(gen):
+    # ∇ (‖W‖_F² / σ_1²) = 2W/σ_1² - 2 ‖W‖_F² u_1 v_1ᵀ / σ_1³, smooth wherever σ_1 is simple.
+    for W in (with_spectrum(COND_1E7, 8, 6, gen, dtype=torch.float32), with_spectrum([2.0, 1.0, 0.0], 5, 3, gen)):
+        W = W.requires_grad_()
+        got = torch.autograd.grad(stable_rank(W), W)[0]
+        W64 = W.detach().double()
+        U, s, Vh = torch.linalg.svd(W64, full_matrices=False)
+        expected = 2 * W64 / s[0] ** 2 - 2 * (s**2).sum() / s[0] ** 3 * torch.outer(U[:, 0], Vh[0])
+        assert relative_error(got, expected) < (1e-5 if W.dtype == torch.float32 else 1e-12)
+
+
+def test_distribution_entropies_have_zero_gradient_at_zero_entries():
+    # renyi_entropy / shannon_entropy on a distribution with zeros: the gradient along the support, 0 on the zeros
+    for q in (0.5, 1.0, 2.0, 3.0):
+        p = torch.tensor([0.5, 0.3, 0.2, 0.0], dtype=torch.float64, requires_grad=True)
+        g = torch.autograd.grad(renyi_entropy(p, q), p)[0]
+        assert bool(torch.isfinite(g).all()) and float(g[3]) == 0.0
+        # on the support: finite differences of the scale-free function y -> H_q(y / Σy)
+        x = p.detach()[:3].clone().requires_grad_()
+        assert torch.autograd.gradcheck(lambda y: renyi_entropy(y / y.sum(), q), (x,))

@@ -79,7 +79,7 @@ def test_retraction_is_orthogonal_and_first_order(n, eta, gen):
     W = _random_orthogonal(n, gen, batch=(5,))
     G = torch.randn(5, n, n, generator=gen, dtype=torch.float64)
     O = M.skew_direction(W, G)
-    W1 = M.retract(W, O, eta)
+    W1 = M.retract_along(W, W @ O, eta)
     assert float(M.orthogonality_error(W1).max()) <= 1e-13  # float64: O(n) ulps of unit-size products
     # first order: W1 = W - ηWO + O(η²); compare with the uncorrected step W(I - ηO)
     step = W - eta * W @ O
@@ -91,9 +91,9 @@ def test_retraction_is_orthogonal_and_first_order(n, eta, gen):
 def test_retract_rejects_bad_eta(gen):
     W = _random_orthogonal(3, gen)
     with pytest.raises(ValueError, match="eta"):
-        M.retract(W, torch.zeros(3, 3, dtype=torch.float64), -0.1)
+        M.retract_along(W, torch.zeros(3, 3, dtype=torch.float64), -0.1)
     with pytest.raises(ValueError, match="eta"):
-        M.retract(W, torch.zeros(3, 3, dtype=torch.float64), float("nan"))
+        M.retract_along(W, torch.zeros(3, 3, dtype=torch.float64), float("nan"))
 
 
 def test_check_point_project_and_polar_correction(gen):
@@ -126,31 +126,92 @@ def test_bad_input_regressions(gen):
     O = M.skew_direction(W, torch.randn(4, 4, generator=gen, dtype=torch.float64))
     nan = torch.full((4, 4), float("nan"), dtype=torch.float64)
     W_before = W.clone()
+    Phi = W @ O
     with pytest.raises(ValueError, match="W must be finite"):
-        M.retract(nan, O, 0.1)
-    with pytest.raises(ValueError, match="O must be finite"):
-        M.retract(W, nan, 0.1)
+        M.retract_along(nan, Phi, 0.1)
+    with pytest.raises(ValueError, match="Phi must be finite"):
+        M.retract_along(W, nan, 0.1)
     with pytest.raises(TypeError, match="eta"):
-        M.retract(W, O, "a")
+        M.retract_along(W, Phi, "a")
     for bad in (float("inf"), 10**400):
         with pytest.raises(ValueError, match="eta"):
-            M.retract(W, O, bad)
-    with pytest.raises(ValueError, match="same matrix size"):
-        M.retract(W, O[:3, :3], 0.1)
+            M.retract_along(W, Phi, bad)
+    with pytest.raises(ValueError, match="same matrix shape"):
+        M.retract_along(W, Phi[:3, :3], 0.1)
     with pytest.raises(ValueError, match="batch dimensions"):
-        M.retract(W, O.expand(2, 4, 4), 0.1)
+        M.retract_along(W, Phi.expand(2, 4, 4), 0.1)
     with pytest.raises(ValueError, match="non-finite result"):
-        M.retract(W, 1e200 * O, 1.0)
+        M.retract_along(W, 1e200 * Phi, 1.0)
     assert torch.equal(W, W_before)
     # huge eta: finite and orthogonal, tending to -WO (O is a full-rank partial isometry for even n)
-    W_big = M.retract(W, O, 1e200)
+    W_big = M.retract_along(W, Phi, 1e200)
     assert float(M.orthogonality_error(W_big)) <= 1e-13
     torch.testing.assert_close(W_big, -W @ O, rtol=0, atol=1e-12)
     # a batched W with one shared O broadcasts
-    torch.testing.assert_close(M.retract(torch.stack([W, W]), O, 0.3)[1], M.retract(W, O, 0.3))
+    torch.testing.assert_close(M.retract_along(torch.stack([W, W]), Phi, 0.3)[1], M.retract_along(W, Phi, 0.3))
     with pytest.raises(ValueError, match="Z must be finite"):
         M.project_tangent(W, nan)
     with pytest.raises(ValueError, match="W must be finite"):
         M.polar_correction(nan)
     with pytest.raises(ValueError, match="W must be finite"):
         M.skew_direction(nan, O)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_public_functions_refuse_non_finite_input(bad, gen):
+    W = _random_orthogonal(4, gen)
+    Wbad = W.clone()
+    Wbad[1, 2] = bad
+    for fn in (sym, skew, M.polar_correction, M.orthogonality_error, M.defect):
+        with pytest.raises(ValueError, match="must be finite.*NaN|must be finite"):
+            fn(Wbad)
+    with pytest.raises(ValueError, match="W must be finite"):
+        M.retract(Wbad, torch.zeros(4, 4, dtype=torch.float64))
+    assert not M.check_point(Wbad)  # a predicate: False, not an error
+
+
+def test_check_point_atol_is_checked(gen):
+    W = _random_orthogonal(3, gen)
+    with pytest.raises(TypeError, match="atol must be None or a real number"):
+        M.check_point(W, atol="x")
+    with pytest.raises(TypeError, match="atol"):
+        M.check_point(W, atol=True)
+    with pytest.raises(ValueError, match="atol"):
+        M.check_point(W, atol=float("nan"))
+    with pytest.raises(ValueError, match="atol"):
+        M.check_point(W, atol=-1e-3)
+    assert M.check_point(W, atol=None) and M.check_point(W, atol=np.float32(1e-6))
+
+
+def test_polar_retraction_is_the_nearest_point(gen):
+    # retract(W, Ξ) = msign(W + Ξ): against the SVD polar factor U Vᵀ of W + Ξ, computed here
+    W = _random_orthogonal(5, gen, batch=(3,))
+    Xi = M.project_tangent(W, 0.7 * torch.randn(3, 5, 5, generator=gen, dtype=torch.float64))
+    U, _, Vh = torch.linalg.svd(W + Xi)
+    torch.testing.assert_close(M.retract(W, Xi), U @ Vh, rtol=0, atol=1e-13)  # float64, well conditioned
+    assert float(M.orthogonality_error(M.retract(W, Xi)).max()) <= 1e-14
+
+
+def test_drift_factor_of_the_bands():
+    from svmuon.orthogonal.coefficients import KELLER_JORDAN_BAND
+    from svmuon.orthogonal.manifolds import drift_factor
+
+    hi = KELLER_JORDAN_BAND[1]
+    assert drift_factor(KELLER_JORDAN_BAND) == pytest.approx(hi**2 * (hi**2 - 1))  # the upper end wins
+    assert round(drift_factor(KELLER_JORDAN_BAND), 3) == 0.644  # the number the chapter quotes
+    assert drift_factor((1.0, 1.0)) == 0.0  # an exact msign: σ ∈ {0, 1}
+    assert drift_factor((0.0, 1.0)) == 0.25  # max σ²(1 - σ²) at σ² = 1/2
+    grid = np.linspace(0.0, 0.9, 9001)  # independent: a grid maximum of σ²|σ² - 1| on [0, 0.9]
+    assert drift_factor((0.0, 0.9)) == pytest.approx(np.max(grid**2 * np.abs(grid**2 - 1)), rel=1e-6)
+
+
+def test_steepest_direction_and_retract_along_numpy_and_batches(gen):
+    W = _random_orthogonal(4, gen, batch=(2,))
+    G = torch.randn(4, 4, generator=gen, dtype=torch.float64)  # one gradient broadcast over the batch
+    Phi = M.steepest_direction(W, G)
+    assert Phi.shape == (2, 4, 4)
+    torch.testing.assert_close(Phi[1], M.steepest_direction(W[1], G), rtol=0, atol=1e-14)
+    out = M.retract_along(W.numpy(), Phi.numpy(), 0.2)
+    assert isinstance(out, np.ndarray) and out.shape == (2, 4, 4)
+    with pytest.raises(ValueError, match="square"):
+        M.steepest_direction(torch.zeros(4, 3, dtype=torch.float64), torch.zeros(4, 3, dtype=torch.float64))

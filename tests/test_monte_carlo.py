@@ -201,3 +201,11 @@ def test_density_and_progress_bar(gen, capsys):
     assert centers.shape == (50,) and "sample" in capsys.readouterr().err
     entropy_statistics(30, 1.0, 5_000, generator=gen)  # default: no bar for small runs
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error for a machine without CUDA")
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", torch.device("cuda")])
+def test_unavailable_cuda_device_is_a_value_error(device):
+    # regression: device="cuda" on a CPU build raised "Cannot get CUDA generator without ATen_cuda library"
+    with pytest.raises(ValueError, match="device must name an available torch device"):
+        entropy_statistics(8, samples=10, device=device)

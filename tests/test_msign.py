@@ -66,7 +66,7 @@ def test_newton_schulz_acts_as_scalar_map_on_singular_values(schedule, steps, sh
     mapped = torch.from_numpy(scalar_map(x, schedule, steps)[-1])
     # float64 compute: the matrix iteration equals U diag(p(x)) Vᵀ up to ~steps * n * eps amplified by
     # the maps' slopes (<= 8.2 for polar express); 1e-10 is ~1e5 eps.
-    out = msign(G, method="newton_schulz", coefficients=schedule, steps=steps, compute_dtype=F64)
+    out = msign(G, method="newton_schulz", ns_coefficients=schedule, ns_steps=steps, compute_dtype=F64)
     torch.testing.assert_close(out, (U * mapped) @ V.T, rtol=0, atol=1e-10)
 
 
@@ -74,11 +74,11 @@ def test_newton_schulz_acts_as_scalar_map_on_singular_values(schedule, steps, sh
 @pytest.mark.parametrize("name", ["generic", "clustered", "repeated", "tiny", "huge"])
 def test_converging_schedules_reach_polar_factor(schedule, name, gen):
     G, expected = with_spectrum(SPECTRA[name], 9, 5, gen)
-    out64 = msign(G, method="newton_schulz", coefficients=schedule)  # float64 input -> float64 compute
+    out64 = msign(G, method="newton_schulz", ns_coefficients=schedule)  # float64 input -> float64 compute
     # these spectra have s_min / ‖G‖_F >= 0.1, well inside both schedules' convergence range: the iterates
     # sit at 1 to float64 rounding; 1e-12 as for the SVD.
     torch.testing.assert_close(out64, expected, rtol=0, atol=1e-12)
-    out32 = msign(G.float(), method="newton_schulz", coefficients=schedule)
+    out32 = msign(G.float(), method="newton_schulz", ns_coefficients=schedule)
     assert out32.dtype == torch.float32
     # float32 compute: ~ steps * eps32 * slope; 1e-5 is ~100 eps32 = 1.2e-7.
     torch.testing.assert_close(out32, expected.float(), rtol=0, atol=1e-5)
@@ -94,7 +94,7 @@ def test_newton_schulz_rank_deficient_keeps_zero_directions(gen):
 
 def test_keller_jordan_does_not_converge(gen):
     G, expected = with_spectrum([3.0, 2.0, 1.5, 0.2, 0.01], 9, 5, gen)
-    out = msign(G, method="newton_schulz", coefficients="keller_jordan", steps=5, compute_dtype=F64)
+    out = msign(G, method="newton_schulz", ns_coefficients="keller_jordan", ns_steps=5, compute_dtype=F64)
     sv = torch.linalg.svdvals(out)
     assert 0.4 < float(sv.min()) and float(sv.max()) < 1.25  # measured band on (1e-3, 1]: [0.47, 1.20]
     assert float((out - expected).abs().max()) > 0.05  # it is not the polar factor
@@ -176,16 +176,16 @@ def test_default_compute_dtype_cpu(gen):
     G = torch.randn(6, 6, generator=gen)
     default = msign(G, method="newton_schulz")
     assert torch.equal(default, msign(G, method="newton_schulz", compute_dtype=torch.float32))
-    bf = msign(G, method="newton_schulz", compute_dtype=torch.bfloat16, coefficients="keller_jordan")
+    bf = msign(G, method="newton_schulz", compute_dtype=torch.bfloat16, ns_coefficients="keller_jordan")
     assert bf.dtype == torch.float32
     # bf16 compute: entries within ~10 bf16 ulps (2^-8) of the fp32 iteration after 5 steps
-    torch.testing.assert_close(bf, msign(G, method="newton_schulz", coefficients="keller_jordan"), rtol=0, atol=0.05)
+    torch.testing.assert_close(bf, msign(G, method="newton_schulz", ns_coefficients="keller_jordan"), rtol=0, atol=0.05)
 
 
 def test_explicit_coefficients_and_rcond(gen):
     G = torch.randn(5, 3, generator=gen, dtype=F64)
-    a = msign(G, method="newton_schulz", coefficients=[(1.5, -0.5, 0.0)], steps=30)
-    torch.testing.assert_close(a, msign(G, method="newton_schulz", coefficients="cubic", steps=30), rtol=0, atol=0)
+    a = msign(G, method="newton_schulz", ns_coefficients=[(1.5, -0.5, 0.0)], ns_steps=30)
+    torch.testing.assert_close(a, msign(G, method="newton_schulz", ns_coefficients="cubic", ns_steps=30), rtol=0, atol=0)
     s = torch.tensor([1.0, 1e-3, 1e-9], dtype=F64)
     U, V = orthonormal(5, 3, gen), orthonormal(3, 3, gen)
     Gs = (U * s) @ V.T
@@ -206,14 +206,14 @@ def test_explicit_coefficients_and_rcond(gen):
         (torch.ones(3), {}, ValueError),
         (torch.ones(0, 3), {}, ValueError),
         (torch.ones(2, 2), {"method": "qr"}, ValueError),
-        (torch.ones(2, 2), {"method": "newton_schulz", "steps": -1}, ValueError),
-        (torch.ones(2, 2), {"method": "newton_schulz", "steps": 2.5}, TypeError),
-        (torch.ones(2, 2), {"method": "newton_schulz", "coefficients": "quartic"}, ValueError),
-        (torch.ones(2, 2), {"method": "newton_schulz", "coefficients": [(1.0, 2.0)]}, ValueError),
-        (torch.ones(2, 2), {"method": "newton_schulz", "coefficients": [(1.0, float("nan"), 0.0)]}, ValueError),
+        (torch.ones(2, 2), {"method": "newton_schulz", "ns_steps": -1}, ValueError),
+        (torch.ones(2, 2), {"method": "newton_schulz", "ns_steps": 2.5}, TypeError),
+        (torch.ones(2, 2), {"method": "newton_schulz", "ns_coefficients": "quartic"}, ValueError),
+        (torch.ones(2, 2), {"method": "newton_schulz", "ns_coefficients": [(1.0, 2.0)]}, ValueError),
+        (torch.ones(2, 2), {"method": "newton_schulz", "ns_coefficients": [(1.0, float("nan"), 0.0)]}, ValueError),
         (torch.ones(2, 2), {"method": "newton_schulz", "compute_dtype": torch.int32}, TypeError),
         (torch.ones(2, 2), {"rcond": -1.0}, ValueError),
-        (torch.ones(2, 2), {"steps": 3}, ValueError),
+        (torch.ones(2, 2), {"ns_steps": 3}, ValueError),
         (torch.ones(2, 2), {"method": "newton_schulz", "rcond": 1e-3}, ValueError),
     ],
 )
@@ -267,3 +267,41 @@ def test_property_scale_transpose_invariance(m, n, seed, e):
         torch.testing.assert_close(msign(G.T, method=method), base.T, rtol=0, atol=1e-12)
     exact = msign(G)  # the SVD result is a partial isometry: Q Qᵀ Q = Q (its singular values are 0 or 1)
     torch.testing.assert_close(exact @ exact.T @ exact, exact, rtol=0, atol=1e-12)
+
+
+def test_deprecated_spellings_warn_and_agree(gen):
+    G = torch.randn(5, 3, generator=gen, dtype=F64)
+    new = msign(G, method="newton_schulz", ns_coefficients="cubic", ns_steps=7)
+    with pytest.warns(DeprecationWarning, match="is deprecated"):
+        old = msign(G, method="newton_schulz", coefficients="cubic", steps=7)
+    assert torch.equal(old, new)
+    with pytest.raises(TypeError, match="not both"):
+        msign(G, method="newton_schulz", steps=3, ns_steps=3)
+
+
+def test_orthogonalizer_is_msign_resolved_once(gen):
+    from svmuon.orthogonal import Orthogonalizer
+
+    G = torch.randn(4, 7, 5, generator=gen, dtype=F64)
+    for kw in (dict(ns_coefficients="keller_jordan", ns_steps=5), dict(ns_coefficients="polar_express"),
+               dict(ns_coefficients=[(1.5, -0.5, 0.0)], ns_steps=30)):
+        orth = Orthogonalizer("newton_schulz", **kw)
+        assert torch.equal(orth(G), msign(G, method="newton_schulz", **kw))  # the same kernel: bitwise
+    assert torch.equal(Orthogonalizer("svd")(G), msign(G))
+    # sigma_range: the SVD's outputs are partial isometries; the Keller Jordan band's upper end for its 5
+    # steps (KELLER_JORDAN_BAND, 1.2024) and 1 for a converged schedule, each with 0 as the lower end
+    assert Orthogonalizer("svd").sigma_range == (1.0, 1.0)
+    lo, hi = Orthogonalizer("newton_schulz", ns_coefficients="keller_jordan", ns_steps=5).sigma_range
+    assert lo == 0.0 and 1.202369 <= hi <= 1.202369 * (1 + 2e-5)  # the measured max, raised by 1e-5 relative
+    assert Orthogonalizer("newton_schulz").sigma_range[1] == pytest.approx(1.0, abs=1e-4)
+    with pytest.raises(ValueError, match="method"):
+        Orthogonalizer("qr")
+    with pytest.raises(ValueError, match="newton_schulz"):
+        Orthogonalizer("svd", ns_steps=3)
+    with pytest.raises(TypeError, match="compute_dtype"):
+        Orthogonalizer(compute_dtype=torch.int32)
+    # the SVD route reads non-finite entries as zeros (it cannot fail); the optimizer checks its input
+    bad = G.clone()
+    bad[0, 0, 0] = float("nan")
+    assert bool(torch.isfinite(Orthogonalizer("svd")(bad)).all())
+    assert not bool(torch.isfinite(Orthogonalizer()(bad)[0]).all())  # Newton–Schulz propagates it

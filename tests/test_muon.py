@@ -8,9 +8,11 @@ import math
 import pytest
 import torch
 
-import svmuon.optim.muon as muon_module
-from svmuon.optim import Muon
+import svmuon.optim.functional as functional
+import importlib
+from svmuon.optim import Muon, NonFiniteUpdateError
 
+msign_module = importlib.import_module("svmuon.orthogonal.msign")  # the module (the name msign is the function)
 KJ = (3.4445, -4.7750, 2.0315)
 SHAPES = [(8, 4), (4, 8), (8, 4), (6, 6)]
 
@@ -113,7 +115,7 @@ def test_nonfinite_gradient_raises_and_changes_nothing():
     for p, g in zip(params, grads_for(1)):
         p.grad = g
     params[3].grad[0, 0] = float("nan")  # the last parameter: earlier ones must not be updated first
-    with pytest.raises(ValueError, match="NaN or Inf"):
+    with pytest.raises(NonFiniteUpdateError, match=r"params'\]\[3\].*NaN or Inf.*nothing|no parameter"):
         opt.step()
     for p, s in zip(params, snapshot):
         assert torch.equal(p.detach(), s)
@@ -143,16 +145,16 @@ def test_state_dict_roundtrip_continues_identically():
 
 def test_same_shape_matrices_share_one_msign_call(monkeypatch):
     calls = []
-    real = muon_module.msign
+    real = msign_module._msign_newton_schulz
 
-    def counting(G, **kw):
+    def counting(G, *args):
         calls.append(tuple(G.shape))
-        return real(G, **kw)
+        return real(G, *args)
 
-    monkeypatch.setattr(muon_module, "msign", counting)
+    monkeypatch.setattr(msign_module, "_msign_newton_schulz", counting)
     batched = run(Muon, 1, lr=0.05)
     assert sorted(calls) == sorted([(2, 8, 4), (1, 4, 8), (1, 6, 6)])
-    monkeypatch.setattr(muon_module, "msign", real)
+    monkeypatch.setattr(msign_module, "_msign_newton_schulz", real)
     for i, shape in enumerate(SHAPES):  # batched == each matrix in its own optimizer
         p = make_params()[i]
         opt = Muon([p], lr=0.05)
@@ -190,9 +192,9 @@ def test_bad_hyperparameters(kwargs, err):
 
 
 def test_named_schedule_and_adjust_lr():
-    assert muon_module.adjust_lr(1.0, None, (16, 4)) == pytest.approx(2.0)
-    assert muon_module.adjust_lr(1.0, "original", (4, 16)) == pytest.approx(1.0)
-    assert muon_module.adjust_lr(1.0, "match_rms_adamw", (4, 16)) == pytest.approx(0.8)
+    assert functional.adjust_lr(1.0, None, (16, 4)) == pytest.approx(2.0)
+    assert functional.adjust_lr(1.0, "original", (4, 16)) == pytest.approx(1.0)
+    assert functional.adjust_lr(1.0, "match_rms_adamw", (4, 16)) == pytest.approx(0.8)
     p = torch.zeros(5, 3, requires_grad=True)
     opt = Muon([p], lr=1.0, ns_coefficients="polar_express", ns_steps=10, weight_decay=0.0, momentum=0.0,
                nesterov=False)
@@ -218,5 +220,187 @@ def test_param_group_options_are_checked(override):
 @pytest.mark.parametrize("bad", [torch.zeros(3, 3, dtype=torch.int64), torch.zeros(3, 3, dtype=torch.complex64),
                                  torch.zeros(0, 3)])
 def test_bad_parameters_are_refused_at_construction(bad):
-    with pytest.raises((TypeError, ValueError), match="parameter 0"):
+    with pytest.raises((TypeError, ValueError), match=r"param_groups\[0\]\['params'\]\[0\]"):
         Muon([bad], lr=0.01)
+
+
+
+def _snapshot(opt, params):
+    return [p.detach().clone() for p in params], copy.deepcopy(opt.state_dict())
+
+
+def _assert_unchanged(opt, params, snap):
+    before, sd = snap
+    for p, b in zip(params, before):
+        assert torch.equal(p.detach(), b)
+    after = opt.state_dict()
+    assert after["state"].keys() == sd["state"].keys()
+    for k, v in sd["state"].items():  # equal_nan: a NaN buffer loaded from a checkpoint stays as it was
+        assert torch.equal(after["state"][k]["momentum_buffer"].isnan(), v["momentum_buffer"].isnan())
+        torch.testing.assert_close(after["state"][k]["momentum_buffer"], v["momentum_buffer"], rtol=0, atol=0,
+                                   equal_nan=True)
+    assert after["skipped_steps"] == sd["skipped_steps"]
+
+
+def test_overflowing_momentum_from_finite_gradients_is_refused():
+    # ±3.3e38 are finite float32 gradients; B.lerp(g, 0.05) forms g - B = -3.465e38 > float32 max (3.40e38):
+    # the momentum overflows to -inf at the second step. Today's torch.optim.Muon writes NaN into W then.
+    params = make_params()
+    opt = Muon(params, lr=0.01)
+    for p in params:
+        p.grad = torch.full(p.shape, 3.3e38)
+    opt.step()  # finite: B = 1.65e37, and msign only sees the direction
+    snap = _snapshot(opt, params)
+    for p in params:
+        p.grad = torch.full(p.shape, -3.3e38)
+    with pytest.raises(NonFiniteUpdateError, match=r"params'\]\[0\]"):
+        opt.step()
+    _assert_unchanged(opt, params, snap)
+
+
+def test_nan_buffer_from_a_checkpoint_is_refused_and_named():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3, bias=False), torch.nn.Linear(3, 2, bias=False))
+    opt = Muon(model.named_parameters(), lr=0.01)
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
+    model(x).sum().backward()
+    opt.step()
+    sd = opt.state_dict()
+    sd["state"][1]["momentum_buffer"][0, 0] = float("nan")  # a corrupted checkpoint
+    opt.load_state_dict(sd)
+    snap = _snapshot(opt, list(model.parameters()))
+    opt.zero_grad()
+    model(x).sum().backward()
+    with pytest.raises(NonFiniteUpdateError, match=r"parameter '1.weight'.*no parameter or optimizer state"):
+        opt.step()
+    _assert_unchanged(opt, list(model.parameters()), snap)
+
+
+def test_failed_first_step_leaves_no_state():
+    params = make_params()
+    opt = Muon(params, lr=0.01)
+    for p, g in zip(params, grads_for(0)):
+        p.grad = g
+    params[1].grad[0, 0] = float("inf")
+    with pytest.raises(NonFiniteUpdateError):
+        opt.step()
+    assert len(opt.state) == 0
+
+
+def test_nan_policy_skip_counts_and_survives_state_dict():
+    params = make_params()
+    opt = Muon(params, lr=0.01, nan_policy="skip")
+    for p, g in zip(params, grads_for(0)):
+        p.grad = g
+    opt.step()
+    snap = _snapshot(opt, params)
+    params[2].grad[1, 1] = float("nan")
+    opt.step()
+    assert opt.skipped_steps == 1
+    snap[1]["skipped_steps"] = 1
+    _assert_unchanged(opt, params, snap)
+    sd = opt.state_dict()
+    clone = [p.detach().clone().requires_grad_() for p in params]
+    opt2 = Muon(clone, lr=0.01)
+    opt2.load_state_dict(copy.deepcopy(sd))
+    assert opt2.skipped_steps == 1 and opt2.param_groups[0]["nan_policy"] == "skip"
+    assert copy.deepcopy(opt2).skipped_steps == 1
+    theirs = torch.optim.Muon([p.detach().clone().requires_grad_() for p in params], lr=0.01)
+    opt2.load_state_dict(theirs.state_dict())  # a torch.optim.Muon state dict has no counter: 0
+    assert opt2.skipped_steps == 0
+
+
+def test_groups_are_atomic_together():
+    # a NaN in the second group's parameter: the first group (planned earlier) must not move either
+    params = make_params()
+    opt = Muon([{"params": params[:2]}, {"params": params[2:], "lr": 0.5}], lr=0.01)
+    for p, g in zip(params, grads_for(0)):
+        p.grad = g
+    opt.step()
+    snap = _snapshot(opt, params)
+    for p, g in zip(params, grads_for(1)):
+        p.grad = g
+    params[3].grad[0, 0] = float("nan")
+    with pytest.raises(NonFiniteUpdateError, match=r"param_groups\[1\]\['params'\]\[1\]"):
+        opt.step()
+    _assert_unchanged(opt, params, snap)
+
+
+SYNC_METHODS = ("__bool__", "item", "tolist", "__float__", "__int__", "__index__", "numpy")
+
+
+def count_host_syncs(monkeypatch):
+    """Record every call of a torch.Tensor method that reads a value back to the host (a synchronisation
+    on an accelerator): bool(), item(), tolist(), float(), int(), index, numpy()."""
+    calls = []
+    for name in SYNC_METHODS:
+        original = getattr(torch.Tensor, name)
+
+        def wrapper(self, *args, _original=original, _name=name, **kwargs):
+            calls.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, wrapper)
+    return calls
+
+
+@pytest.mark.parametrize("tensor_lr", [False, True])
+def test_one_host_sync_per_step(monkeypatch, tensor_lr):
+    params = make_params()
+    lr = torch.tensor(0.02) if tensor_lr else 0.02
+    opt = Muon([{"params": params[:2]}, {"params": params[2:], "weight_decay": 0.0}], lr=lr)
+    for p, g in zip(params, grads_for(0)):
+        p.grad = g
+    opt.step()
+    calls = count_host_syncs(monkeypatch)
+    for t in range(1, 4):
+        for p, g in zip(params, grads_for(t)):
+            p.grad = g
+        opt.step()
+    assert calls == ["__bool__"] * 3  # the single fused finiteness check of each step
+
+
+@pytest.mark.cuda
+def test_one_host_sync_per_step_cuda():
+    import warnings
+
+    params = [p.detach().cuda().requires_grad_() for p in make_params()]
+    opt = Muon(params, lr=0.02)
+    for p, g in zip(params, grads_for(0)):
+        p.grad = g.cuda()
+    opt.step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            opt.step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert len([w for w in caught if "synchroniz" in str(w.message)]) <= 1
+
+
+def test_functional_muon_is_the_optimizer_step():
+    # the torch-style functional API on plain lists gives exactly the shell's step (same kernels, same order)
+    from svmuon.orthogonal import Orthogonalizer
+
+    params = make_params()
+    opt = Muon(params, lr=0.03, weight_decay=0.1, momentum=0.9)
+    mirror = [p.detach().clone() for p in params]
+    bufs = [torch.zeros_like(p) for p in mirror]
+    orth = Orthogonalizer("newton_schulz", ns_coefficients=KJ, ns_steps=5)
+    for t in range(3):
+        grads = grads_for(t)
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        opt.step()
+        functional.muon(mirror, grads, bufs, lr=0.03, weight_decay=0.1, momentum=0.9, nesterov=True,
+                        orthogonalize=orth, eps=1e-7, adjust_lr_fn=None)
+    for p, q in zip(params, mirror):
+        assert torch.equal(p.detach(), q)
+    bad = grads_for(3)
+    bad[0][0, 0] = float("nan")
+    before = [q.clone() for q in mirror]
+    with pytest.raises(NonFiniteUpdateError, match="parameter 0"):
+        functional.muon(mirror, bad, bufs, lr=0.03, weight_decay=0.1, momentum=0.9, nesterov=True,
+                        orthogonalize=orth, eps=1e-7, adjust_lr_fn=None)
+    assert all(torch.equal(a, b) for a, b in zip(mirror, before))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from svmuon.experiments import orthogonal_drift, orthogonal_rnn
 
 
+@pytest.mark.slow  # one epoch of three recurrent trainings on the digits: ~20 s
 def test_rnn_one_epoch_keeps_w_orthogonal():
     torch.set_num_threads(1)
     data = orthogonal_rnn.load_sequences()

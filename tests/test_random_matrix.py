@@ -144,3 +144,68 @@ def test_bad_arguments():
         marchenko_pastur_moment(3.0, 0.5)
     with pytest.raises(ValueError, match="draws"):
         gaussian_entropy_samples(4, 4, draws=0)
+
+
+# Near q = 1 the formula is 0/0; the library's expm1/log1p form must be continuous. Expected values: mpmath at
+# 40 digits in the original variable x (independent of the library's angle substitution and scipy), so the
+# tolerance 1e-9 is the quadrature accuracy, not a bound on a jump (the old code jumped by 6e-2 at |q-1| ~ 1e-14).
+@pytest.mark.parametrize("power", [1, 2])
+@pytest.mark.parametrize("delta", [1e-15, -1e-14, 1e-13, 1e-9, -3e-6, 0.2])
+def test_limit_is_continuous_through_q_equal_one(power, delta):
+    q = 1 + delta  # the float the library receives; mpmath works with exactly this q
+    with mp.workdps(40):
+        a = mp.mpf(power) / 2
+        dens = lambda x: mp.sqrt((4 - x) * x) / (2 * mp.pi * x)
+        Ey = mp.quad(lambda x: x**a * dens(x), [0, 1, 4])
+        Eyq = mp.quad(lambda x: x ** (a * mp.mpf(q)) * dens(x), [0, 1, 4])
+        expected = float((mp.mpf(q) * mp.log(Ey) - mp.log(Eyq)) / (mp.mpf(q) - 1))
+    assert gaussian_entropy_limit(1.0, q=q, power=power) == pytest.approx(expected, abs=1e-9)
+    # and the Shannon value itself is within the slope |dL/dq| <= 1 times |q - 1| of it
+    assert abs(gaussian_entropy_limit(1.0, q=1 + delta, power=power) - gaussian_entropy_limit(1.0, power=power)) \
+        <= abs(delta) + 1e-12
+
+
+@pytest.mark.parametrize("lam", [1.0, 0.25])
+@pytest.mark.parametrize("power", [1, 2])
+def test_q_infinity_is_the_edge_of_the_spectrum(lam, power):
+    # H_inf - log k = log mean(y) - log max(y), and max x -> b = (1 + sqrt λ)² (Yin, Bai and Krishnaiah).
+    a = power / 2
+    expected = math.log(_mp_expectation(lambda x: x**a, lam)) - a * 2 * math.log(1 + math.sqrt(lam))
+    assert gaussian_entropy_limit(lam, q=math.inf, power=power) == pytest.approx(expected, abs=1e-9)
+    # large finite q approaches it from above (H_q is non-increasing in q), like log q / q
+    values = [gaussian_entropy_limit(lam, q=q, power=power) for q in (10, 100, 400)]
+    assert values[0] > values[1] > values[2] > gaussian_entropy_limit(lam, q=math.inf, power=power)
+
+
+def test_large_q_does_not_overflow():
+    # E[x^(q)] at λ = 1 reaches 4^q / q^(3/2): beyond q ~ 512 it overflows float64 unless scaled by the edge.
+    # Closed form for power 2, λ = 1: E[x^s] = Γ(2s+1)/(Γ(s+1)Γ(s+2)), the Catalan numbers
+    # at integer s (moments of MP(1), the free Poisson law).
+    q = 700.0
+    log_moment = math.lgamma(2 * q + 1) - math.lgamma(q + 1) - math.lgamma(q + 2)
+    assert gaussian_entropy_limit(1.0, q=q, power=2) == pytest.approx(-log_moment / (q - 1), rel=1e-9)
+
+
+@pytest.mark.parametrize("g", [lambda x: 1 / x, lambda x: x**-0.5, lambda x: math.log(x) / x])
+def test_divergent_moment_is_an_error_not_a_number(g):
+    # At λ = 1 the density is ~ 1/(π sqrt x) near 0, so these integrals are infinite; the old code returned
+    # -0.5 for E[1/x]. For λ < 1 the support stays away from 0 and E[1/x] = 1/(1-λ) is finite.
+    with pytest.raises(ValueError, match="does not converge"):
+        marchenko_pastur_moment(g, 1.0)
+    assert marchenko_pastur_moment(lambda x: 1 / x, 0.25) == pytest.approx(1 / 0.75, rel=1e-10)
+
+
+def test_convergent_singular_moment_still_computed():
+    # E[x^s] at λ = 1 for s = -1/4 > -1/2 is finite: Γ(2s+1)/(Γ(s+1)Γ(s+2)) (the same closed form as above).
+    s = -0.25
+    expected = math.exp(math.lgamma(2 * s + 1) - math.lgamma(s + 1) - math.lgamma(s + 2))
+    assert marchenko_pastur_moment(lambda x: x**s, 1.0) == pytest.approx(expected, rel=1e-8)
+
+
+def test_flat_matrix_limit_erratum():
+    # Erratum (chapter "Is higher entropy better?", exercise ex-real-flat-limit): the table has λ = 1/8, where the
+    # p ∝ σ limit is -0.0164 (mpmath in x), against the small-λ expansion -λ/8 = -0.0156; the difference is O(λ²).
+    assert gaussian_entropy_limit(1 / 8, power=1) == pytest.approx(_limit_by_mpmath(1 / 8, 1, 1), abs=1e-9)
+    assert round(gaussian_entropy_limit(1 / 8, power=1), 4) == -0.0164
+    for lam in (1e-2, 1e-3):  # -λ/8 + O(λ²)
+        assert abs(gaussian_entropy_limit(lam, power=1) + lam / 8) < lam**2

@@ -169,3 +169,23 @@ def test_bad_input_regressions():
     with pytest.raises(TypeError, match="power must be a real number or a sequence"):
         spectral_report(w, power=None)
     assert spectral_report(w, q=np.array([1.0, 2.0]), power=2).shape[0] == 1  # arrays are sequences of numbers
+
+
+def test_close_orders_get_their_own_columns_and_repeats_are_refused():
+    # regression: q=(2, 2.0000001) made one column "q2" holding the second order's values only.
+    # Expected values: renyi_entropy of the same spectrum, computed here directly.
+    from svmuon.spectral.entropy import renyi_entropy
+    from svmuon.spectral.spectrum import spectral_distribution
+
+    W = torch.diag(torch.tensor([3.0, 2.0, 1.0], dtype=torch.float64))
+    df = spectral_report({"w": W}, q=(2, 2.0000001), power=1)
+    p = spectral_distribution(W, 1)
+    assert df.loc[0, "H_q2_p1"] == pytest.approx(float(renyi_entropy(p, 2)), abs=1e-14)
+    assert df.loc[0, "H_q2.0000001_p1"] == pytest.approx(float(renyi_entropy(p, 2.0000001)), abs=1e-14)
+    assert df.loc[0, "H_q2_p1"] != df.loc[0, "H_q2.0000001_p1"]
+    assert plot_spectral_report(df, q=2.0000001, power=1) is not None
+    for q in ((1, 1.0), (2, 3, 2)):
+        with pytest.raises(ValueError, match="q must not hold the same value twice"):
+            spectral_report({"w": W}, q=q)
+    with pytest.raises(ValueError, match="power must not hold the same value twice"):
+        spectral_report({"w": W}, power=(2, 2))

@@ -129,3 +129,10 @@ def test_bad_device_is_a_value_error_naming_device(device):
 def test_unavailable_cuda_device_is_a_value_error():
     with pytest.raises(ValueError, match="device"):
         sample_simplex(3, 2, device="cuda:0")
+
+
+@pytest.mark.parametrize("n,size", [(10**400, 2), (2, 10**30), (2**40, 2**40)])
+def test_too_many_entries_is_a_clear_error(n, size):
+    # regression: n = 10**400 raised torch's "Overflow when unpacking long long" with a C++ stack trace
+    with pytest.raises(ValueError, match=r"n·size must be at most 2\^63 - 1"):
+        sample_simplex(n, size)

@@ -75,3 +75,22 @@ def test_power_sum_and_series():
     assert sp.simplify(var_series - ((sp.pi**2 / 3 - 3) / n + (sp.Rational(5, 2) - sp.pi**2 / 3) / n**2)) == 0
     assert math.isclose(float((sp.pi**2 / 3 - 3).evalf()), T.delta_method_variance(1, 1.0), rel_tol=1e-14)
     assert np.isfinite(float(S.exact_expected_power_sum().subs({n: 5, q: 0.5})))
+
+
+@pytest.mark.slow
+def test_large_n_constants_shannon_and_q2():
+    # the Shannon constants from the (mean x, mean x log x) expansion, and q = 2 from (mean x, mean x²)
+    c, V, K = S.shannon_large_n_constants()
+    assert c == sp.Rational(1, 2)
+    assert sp.simplify(V - (sp.pi**2 / 3 - 3)) == 0
+    assert sp.simplify(K - (12 * sp.zeta(3) - 10 - sp.pi**2 / 2)) == 0
+    assert float(K / V**sp.Rational(3, 2)) == pytest.approx(-3.26867014901268, abs=1e-12)
+    assert S.renyi_large_n_constants(2) == (sp.Rational(3, 2), 1, -7)
+    assert S.renyi_large_n_constants(3) == (4, sp.Rational(5, 2), sp.Rational(-283, 4))
+
+
+def test_mean_correction_general_q():
+    c = S.renyi_mean_correction()
+    assert sp.limit(c, S.q, 1) == sp.Rational(1, 2)
+    assert sp.simplify(c.subs(S.q, 2)) == sp.Rational(3, 2)
+    assert float(c.subs(S.q, sp.Rational(1, 2))) == pytest.approx(1.5 - 4 / math.pi, rel=1e-14)

@@ -154,3 +154,62 @@ def test_mean_field_huge_q_is_finite():
     # regression: gammaln(q + 1) overflowed to inf for q ~ 1e308, giving -inf instead of log n - (log q - 1)
     assert T.mean_field_entropy(5, 1e308) == pytest.approx(math.log(5) - (math.log(1e308) - 1), rel=1e-12)
     assert T.mean_field_entropy(5, 1e20) == pytest.approx(math.log(5) - 1e20 * (math.log(1e20) - 1) / (1e20 - 1), rel=1e-12)
+
+
+# ---------------------------------------------------------------- large-n constants (entropy_asymptotics)
+
+
+def test_asymptotic_constants_shannon_and_q2_closed_forms():
+    # Shannon: derived in SymPy with the variables (mean x, mean x log x) (symbolic.shannon_large_n_constants);
+    # the library's general-q formula in (mean x, mean x^q) must reach the same numbers as q -> 1.
+    zeta3 = float(mp.zeta(3))
+    V, K = math.pi**2 / 3 - 3, 12 * zeta3 - 10 - math.pi**2 / 2
+    for q in (1.0, 1 + 1e-9, 1 - 1e-12):
+        a = T.entropy_asymptotics(q)
+        assert a.mean_correction == pytest.approx(0.5, abs=1e-8)
+        assert a.variance == pytest.approx(V, abs=1e-8) and a.third_cumulant == pytest.approx(K, abs=1e-8)
+        assert a.skewness == pytest.approx(-3.2686701490126823, abs=1e-8)  # the issue's -3.2687
+        assert a.mode_offset == pytest.approx(0.8799162504074007, abs=1e-8)  # ≈ 0.880 / n
+    # q = 2 (exact rationals by hand: g = 2 log u - log v, κ from E x^k = k!): c = 3/2, V = 1, K = -7
+    assert tuple(T.entropy_asymptotics(2.0))[:3] == pytest.approx((1.5, 1.0, -7.0), abs=1e-12)
+    assert T.entropy_asymptotics(2.0).mode_offset == pytest.approx(3.5, abs=1e-12)
+
+
+def test_asymptotic_variance_is_the_delta_method_and_broadcasts():
+    qs = np.array([[0.3], [0.7], [1.0], [2.5]])
+    a = T.entropy_asymptotics(qs)
+    assert a.variance.shape == (4, 1)
+    np.testing.assert_allclose(a.variance, T.delta_method_variance(1, qs), rtol=1e-12)
+    # c(q) = [Γ(2q+1)/Γ(q+1)² - 1 - q] / (2(q-1)) away from q = 1, in mpmath
+    for q in (0.3, 0.7, 2.5):
+        with mp.workdps(30):
+            c = (mp.gamma(2 * q + 1) / mp.gamma(q + 1) ** 2 - 1 - q) / (2 * (q - 1))
+        assert T.entropy_asymptotics(q).mean_correction == pytest.approx(float(c), rel=1e-13)
+    zero = T.entropy_asymptotics(0.0)
+    assert tuple(zero) == (0.0, 0.0, 0.0, 0.0, 0.0)  # H_0 = log n is constant
+    with pytest.raises(ValueError, match="q must be finite"):
+        T.entropy_asymptotics([1.0, math.inf])
+
+
+@pytest.mark.slow
+def test_asymptotic_skewness_matches_monte_carlo():
+    # √n · skewness -> K / V^{3/2}. At n = 200 the O(1/n) relative correction is ~ 2 % of the skewness
+    # (-0.231), below the 4 SE (0.018) of 3e5 samples; the skewness SE is the delta-method one of the sample.
+    import torch
+
+    from svmuon.spectral import entropy_statistics
+
+    n = 200
+    st = entropy_statistics(n, 1.0, samples=300_000, generator=torch.Generator().manual_seed(11))
+    assert abs(st.skewness - T.entropy_asymptotics(1.0).skewness / math.sqrt(n)) < 4 * st.skewness_stderr
+
+
+def test_mode_above_mean_field_constant_erratum():
+    # Erratum (chapter "The typical entropy"): the mode lies (c + mode offset)/n = 1.380/n above the mean field,
+    # so "log n - 0.4228 is accurate to 1e-3" holds only for n >= 1380, not for "hundreds" of singular values.
+    # Expected value from the closed forms 1/2 and (10 + π²/2 - 12ζ(3)) / (2(π²/3 - 3)) in mpmath.
+    with mp.workdps(30):
+        expected = float(mp.mpf(1) / 2 + (10 + mp.pi**2 / 2 - 12 * mp.zeta(3)) / (2 * (mp.pi**2 / 3 - 3)))
+    a = T.entropy_asymptotics(1.0)
+    assert a.mean_correction + a.mode_offset == pytest.approx(expected, abs=1e-12)
+    assert 1379 < expected / 1e-3 < 1381

@@ -51,7 +51,7 @@ SMOKE = dict(matmul_n=128, msign_sizes=[32, 64], sets=[(4, 32)], group=(4, 32), 
              drift_steps=200, drift_every=50, repeats=2, warmup=1)
 GOALS = {"msign_fraction_of_matmul_at_4096": 0.70, "orthogonal_muon_over_torch_muon": 1.3,
          "drift_max": 1e-5}
-NS = dict(method="newton_schulz", coefficients="keller_jordan", steps=5)
+NS = dict(method="newton_schulz", ns_coefficients="keller_jordan", ns_steps=5)
 
 
 def device_info(device: torch.device) -> dict[str, Any]:

@@ -86,7 +86,7 @@ def bench_size(n: int, dtype: torch.dtype, device: str, repeats: int) -> dict[st
     for name in SCHEDULES:
         steps = default_steps(name)
         sched = resolve_coefficients(name, steps)
-        fn = lambda: msign(G, method="newton_schulz", coefficients=name, compute_dtype=dtype)  # noqa: E731
+        fn = lambda: msign(G, method="newton_schulz", ns_coefficients=name, compute_dtype=dtype)  # noqa: E731
         ns = time_call(fn, repeats=repeats, warmup=warm, device=device)["min_s"]
         floor = time_call(_floor_fn(n, sched, dtype, device), repeats=repeats, warmup=warm, device=device)["min_s"]
         matmuls = steps * (2 if sched[0][2] == 0 else 3)

@@ -3,7 +3,7 @@
 On the same list of square float32 matrices (``--count`` parameters of each size ``n``), with the same
 random gradients, one optimizer step is timed for
 
-* ``muon``: :class:`svmuon.optim.Muon` (weight decay 0) with the msign schedule under test;
+* ``muon``: :class:`svmuon.optim.muon.Muon` (weight decay 0) with the msign schedule under test;
 * ``orthogonal_muon``: :class:`svmuon.optim.OrthogonalMuon` with the same schedule and compute dtype,
   drift control on (``polar_every=1``, the default) and off (``polar_every=0``);
 * ``geoopt_rsgd``: geoopt's RiemannianSGD (momentum 0.9) on ``geoopt.Stiefel`` (kochurov2020geoopt);
@@ -62,7 +62,7 @@ def _make(name: str, params: list[torch.Tensor], schedule: str, device: str):
     raise ValueError(name)
 
 
-def measure(n: int, count: int, schedule: str, device: str, repeats: int) -> dict[str, Any]:
+def measure(n: int, count: int, schedule: str, device: str, repeats: int, rounds: int | None = None) -> dict[str, Any]:
     """Median seconds per step of each optimizer on ``count`` ``n x n`` matrices, and ratios to Muon."""
     W0, grads = _setup(count, n, device)
     names = ["muon", "orthogonal_muon", "orthogonal_muon_no_correction", "geoopt_rsgd"]
@@ -82,7 +82,8 @@ def measure(n: int, count: int, schedule: str, device: str, repeats: int) -> dic
         steps[name] = _make(name, params, schedule, device).step
     # interleaved: one timed step of each optimizer per round, so a burst of load hits all of them alike
     times: dict[str, list[float]] = {name: [] for name in names}
-    rounds = repeats * max(1, (256 // n) ** 2)  # small sizes are cheap: more rounds, a cleaner minimum
+    if rounds is None:
+        rounds = repeats * max(1, (256 // n) ** 2)  # small sizes are cheap: more rounds, a cleaner minimum
     for _ in range(rounds):
         for name in names:
             times[name] += time_call(steps[name], repeats=1, warmup=1 if not times[name] else 0, device=device)["times_s"]
@@ -101,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 512])
     parser.add_argument("--count", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="timed rounds per size (default: repeats * max(1, (256/n)^2))")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--threads", type=int, default=None, help="torch threads on CPU (default: torch's)")
     parser.add_argument("--output", default=None)
@@ -113,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for schedule in SCHEDULES:
         for n in args.sizes:
-            r = measure(n, args.count, schedule, args.device, args.repeats)
+            r = measure(n, args.count, schedule, args.device, args.repeats, args.rounds)
             rows.append(r)
             print(f"{schedule:14s} n={n:5d}  muon {r['muon'] * 1e3:8.2f} ms  orthogonal_muon {r['orthogonal_muon'] * 1e3:8.2f} ms "
                   f"({r['orthogonal_muon/muon']:.2f}x; no correction {r['orthogonal_muon_no_correction/muon']:.2f}x)  "

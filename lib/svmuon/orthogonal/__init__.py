@@ -1,9 +1,11 @@
-"""Part II: msign (the polar factor) by SVD and Newton–Schulz, and the orthogonal manifold."""
+"""Part II: msign (the polar factor) by SVD and Newton–Schulz, and the manifolds ``WᵀW = I``."""
 
 from svmuon._lazy import lazy_exports
 
 _EXPORTS = {
     "msign": "svmuon.orthogonal.msign",
+    "Orthogonalizer": "svmuon.orthogonal.msign",
+    "Manifold": "svmuon.orthogonal.base",
     "Orthogonal": "svmuon.orthogonal.manifolds",
     "sym": "svmuon.orthogonal.manifolds",
     "skew": "svmuon.orthogonal.manifolds",

@@ -14,8 +14,8 @@ Named schedules (:data:`SCHEDULES`):
   the default of ``torch.optim.Muon`` (jordan2024muon). Chosen for a large slope at 0 (3.4445), it does
   NOT converge: p(1) = 0.701, its fixed points 0.868 and 1.264 repel, and the iterates of every x in
   [1e-3, 1] are caught by the attracting 4-cycle 0.682 -> 1.134 -> 0.753 -> 1.047, so they stay in
-  [0.68, 1.13] after 8 steps and in [0.47, 1.20] after Muon's 5 (measured with :func:`scalar_map` in the
-  chapter and in ``tests/test_coefficients.py``).
+  [0.68, 1.13] after 8 steps. After Muon's 5 steps they lie in :data:`KELLER_JORDAN_BAND`
+  ``= (0.4705, 1.2024)``, the one Keller Jordan band the library and the book quote (see there).
 * ``"polar_express"``: the greedy minimax schedule of Polar Express (amsel2025polar): step t uses the odd
   quintic minimising ``max |1 - p(x)|`` over the current interval ``[l_t, u_t]`` (computed here by a
   Remez exchange, :func:`optimal_quintic`), starting from ``l_0 = 1e-3``, ``u_0 = 1``, with the paper's
@@ -40,6 +40,8 @@ __all__ = [
     "default_steps",
     "resolve_coefficients",
     "scalar_map",
+    "output_max",
+    "KELLER_JORDAN_BAND",
     "optimal_quintic",
     "polar_express_schedule",
 ]
@@ -54,6 +56,18 @@ SCHEDULES: dict[str, tuple[str, str]] = {
 }
 
 _DEFAULT_STEPS = {"cubic": 30, "keller_jordan": 5, "polar_express": 10}
+
+#: The Keller Jordan band, ``(min, max)`` of ``p⁵(x)`` over ``x in [1e-3, 1]`` for the quintic
+#: ``p(x) = 3.4445 x - 4.7750 x³ + 2.0315 x⁵`` iterated 5 times (Muon's default), i.e. where the singular
+#: values of a 5-step Newton–Schulz msign lie when those of ``G / ‖G‖_F`` lie in ``[1e-3, 1]``. Measured
+#: once by iterating the scalar polynomial on 2,000,001 geometrically spaced starting values (float64):
+#: min 0.470544 (at x = 1e-3; the composition increases on [0, 0.0041], so values below 1e-3 map below it,
+#: ``p⁵(x) ≈ 488 x`` near 0) and max 1.202369 (attained at x ≈ 0.00411), rounded outward to 4 digits.
+#: ``tests/test_coefficients.py`` recomputes both ends with mpmath (the maximum from the root of the
+#: derivative). Quoted by msign, the optimizers and the chapters; its largest value of
+#: ``σ²|σ² − 1|`` (the drift factor of eq-orth-drift) is ``1.2024²(1.2024² − 1) = 0.644``.
+KELLER_JORDAN_BAND: tuple[float, float] = (0.4705, 1.2024)
+KELLER_JORDAN_BAND_INPUT: tuple[float, float] = (1e-3, 1.0)  # the range of σ / ‖G‖_F it assumes
 
 #: Polar Express parameters (amsel2025polar, Algorithm 1 and its accompanying code).
 POLAR_EXPRESS_L0 = 1e-3
@@ -195,22 +209,48 @@ def resolve_coefficients(coefficients: Any, steps: int) -> list[Triple]:
     return [triples[min(i, len(triples) - 1)] for i in range(steps)]
 
 
-def scalar_map(x: Any, coefficients: Any = "polar_express", steps: int | None = None) -> np.ndarray:
+def scalar_map(x: Any, ns_coefficients: Any = "polar_express", ns_steps: int | None = None) -> np.ndarray:
     """Iterates of the scalar maps on ``x``: row t is ``p_t(...p_1(x))`` (row 0 is ``x``), in float64.
 
     What a Newton–Schulz schedule does to each singular value of ``X = G / ‖G‖_F``.
 
     Args:
         x: array-like of reals (any shape).
-        coefficients: schedule name or sequence of triples, as in :func:`svmuon.orthogonal.msign`.
-        steps: number of steps; default :func:`default_steps`.
+        ns_coefficients: schedule name or sequence of triples, as in :func:`svmuon.orthogonal.msign.msign`.
+        ns_steps: number of steps; default :func:`default_steps`.
 
     Returns:
-        float64 array of shape ``(steps + 1, *x.shape)``.
+        float64 array of shape ``(ns_steps + 1, *x.shape)``.
     """
-    steps = default_steps(coefficients) if steps is None else steps
+    ns_steps = default_steps(ns_coefficients) if ns_steps is None else ns_steps
     x = np.asarray(x, dtype=np.float64)
     rows = [x]
-    for t in resolve_coefficients(coefficients, steps):
+    for t in resolve_coefficients(ns_coefficients, ns_steps):
         rows.append(_p(rows[-1], t))
     return np.stack(rows)
+
+
+@functools.lru_cache(maxsize=64)
+def _output_max(schedule: tuple[Triple, ...]) -> float:
+    x = np.geomspace(1e-12, 1.0, 40001)  # ratio 1.0007 between neighbours: the peak is found to ~1e-6
+    for t in schedule:
+        x = _p(x, t)
+    return float(np.max(np.abs(x)))
+
+
+def output_max(schedule: Sequence[Sequence[float]]) -> float:
+    """Largest ``|p_T(...p_1(x))|`` over ``x in (0, 1]``: the largest singular value a Newton–Schulz msign
+    with these (already resolved) triples can return, since those of ``G / ‖G‖_F`` lie in (0, 1].
+
+    Measured on a geometric grid of 40,001 points in ``[1e-12, 1]`` (float64), then raised by 1e-5
+    relative to cover the grid's miss of the peak (the composition is smooth, its peak flat). For
+    Keller Jordan's 5 steps it is the upper end of :data:`KELLER_JORDAN_BAND`; for the converging
+    schedules it is 1 to within their accuracy.
+
+    Args:
+        schedule: the ``(a, b, c)`` triples, one per step (as from :func:`resolve_coefficients`).
+
+    Returns:
+        A float ``> 0``; 1 (times the margin) for an empty schedule, whose output is ``G / ‖G‖_F``.
+    """
+    return _output_max(tuple(tuple(float(v) for v in t) for t in schedule)) * (1 + 1e-5)

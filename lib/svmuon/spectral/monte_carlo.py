@@ -33,6 +33,7 @@ import torch
 from tqdm import tqdm
 
 from svmuon._validation import check_int, check_order
+from svmuon.spectral.simplex import _check_device
 
 __all__ = ["EntropyStatistics", "entropy_statistics", "entropies_from_exponentials"]
 
@@ -291,10 +292,7 @@ class _TorchSampler:
 def _check_options(generator, device, dtype, backend, chunk_size, memory_budget, bins, hist_range, progress):
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    try:
-        device = torch.device(device if device is not None else (generator.device if generator is not None else "cpu"))
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device must name a torch device, got {device!r}") from exc
+    device = _check_device(device if device is not None else (generator.device if generator is not None else "cpu"))
     if dtype not in (torch.float32, torch.float64):
         raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
     if backend not in ("auto", "numpy", "torch"):
@@ -385,8 +383,8 @@ def entropy_statistics(
     Raises:
         TypeError: For a non-integer ``n``/``samples``/``chunk_size``/``bins``, a non-real ``q``, a
             ``hist_range`` holding a non-number, a generator that is not a ``torch.Generator`` or an unsupported ``dtype``.
-        ValueError: For n < 1, samples < 2, q NaN or negative, an unknown backend, a bad ``hist_range``
-            or a device the backend cannot use.
+        ValueError: For n < 1, samples < 2, q NaN or negative, an unknown backend, a bad ``hist_range``,
+            a device torch cannot use here (e.g. ``"cuda"`` on a CPU-only build) or one the backend cannot use.
 
     References:
         su2025entropy; Pébay (2008), "Formulas for robust, one-pass parallel computation of covariances

@@ -147,6 +147,10 @@ def _check_values(values: Any, name: str, positive: bool) -> tuple[float, ...]:
             raise ValueError(f"{name} must hold finite real numbers {'> 0' if positive else '>= 0'}, "
                              f"got {reprlib.repr(v)}")
         out.append(f)
+    repeated = sorted({v for v in out if out.count(v) > 1})
+    if repeated:
+        raise ValueError(f"{name} must not hold the same value twice (each value is one set of columns), "
+                         f"got {', '.join(map(repr, repeated))} more than once in {reprlib.repr(values)}")
     return tuple(out)
 
 
@@ -163,7 +167,10 @@ def _check_exponents(qs: tuple[float, ...], powers: tuple[float, ...]) -> None:
 
 
 def _tag(x: float) -> str:
-    return f"{x:g}"
+    """Column suffix of an order or power: ``2``, ``0.5``, ``inf``; full precision where ``:g`` would round
+    (``2.0000001``), so that two different values never share a column."""
+    short = f"{x:g}"
+    return short if float(short) == x else repr(x)
 
 
 def _row(name: str, shape: tuple[int, ...], W: torch.Tensor, qs: tuple[float, ...], powers: tuple[float, ...]) -> dict:
@@ -197,7 +204,7 @@ def spectral_report(source: Any, *, q: Any = (1, 2), power: Any = (1, 2)) -> pd.
         q: Rényi order(s) in [0, inf) (1 = Shannon), a real number or a sequence of them; default (1, 2).
         power: Normalisation exponent(s) > 0: 1 for p ∝ σ, 2 for p ∝ σ²; a real number or a sequence of
             them; default (1, 2). ``power`` <= 1000 and ``q·power`` <= 1000 for every pair (beyond that the
-            Gaussian reference overflows float64).
+            Gaussian reference overflows float64). No value may appear twice in ``q`` or in ``power``.
 
     Returns:
         ``pandas.DataFrame`` with columns ``name``, ``shape`` (the parameter's own shape), ``m``, ``n``,
@@ -208,14 +215,16 @@ def spectral_report(source: Any, *, q: Any = (1, 2), power: Any = (1, 2)) -> pd.
         ``gauss_s``, the large-n Gaussian value log k + limit (eq. ``eq-gaussian-limit``).
         Computed on the CPU in float64 for float64 weights, else in float32 (entropies to ~1e-6 nats). ``df.attrs["skipped"]`` maps every entry that is not a row
         (1-D parameters, integer buffers, matrices with min(m, n) < 2, zero matrices) to the reason, and
-        ``df.attrs["source"]`` names the source.
+        ``df.attrs["source"]`` names the source. The suffix writes q and P with ``:g`` (``q2_p1``, ``q0.5_p2``)
+        unless that would round them, in which case in full (``q2.0000001_p1``): distinct values, distinct columns.
 
     Raises:
         TypeError: unsupported ``source`` or an entry that is not a tensor (message names source and entry);
             ``q``/``power`` not a number or a sequence of numbers.
         FileNotFoundError: a path that does not exist.
         ValueError: a NaN/Inf weight or an empty matrix (names the parameter), no weight matrix at all,
-            ``q``/``power`` out of range (negative, non-finite, power 0, or beyond the bounds above).
+            ``q``/``power`` out of range (negative, non-finite, power 0, or beyond the bounds above) or
+            holding a value twice.
 
     References:
         su2025entropy, liu2025moonlight, roy2007effective.

@@ -18,6 +18,26 @@ from svmuon._validation import check_int
 
 __all__ = ["sample_simplex"]
 
+_MAX_NUMEL = 2**63 - 1  # torch indexes tensor entries with int64
+
+
+def _short(k: int) -> str:
+    """An integer for an error message: in full if short, else its number of digits."""
+    text = str(k)
+    return text if len(text) <= 20 else f"an integer with {len(text)} digits"
+
+
+def _check_device(device: Any, name: str = "device") -> torch.device:
+    """``device`` as an available ``torch.device``; ValueError naming ``name`` if torch cannot use it here."""
+    try:
+        parsed = torch.device(device)
+        torch.empty(0, device=parsed)  # an unavailable device (no CUDA, bad index) fails here, cheaply
+    except (RuntimeError, TypeError, ValueError, AssertionError) as exc:  # torch asserts "not compiled with CUDA"
+        raise ValueError(f"{name} must name an available torch device (e.g. 'cpu', 'cuda:0'), got {device!r}: "
+                         f"{exc}") from exc
+    return parsed
+
+
 
 def sample_simplex(
     n: int,
@@ -44,7 +64,8 @@ def sample_simplex(
 
     Raises:
         TypeError: ``n``/``size`` not integers, ``dtype`` not float32/float64, ``generator`` not a Generator.
-        ValueError: n < 1 or size < 0, or ``device`` is not a torch device name (or not available here).
+        ValueError: n < 1 or size < 0, n·size above 2^63 - 1 (more entries than a tensor can index), or
+            ``device`` is not a torch device name (or not available here, e.g. "cuda" on a CPU-only build).
 
     References:
         su2025entropy, devroye1986nonuniform.
@@ -55,14 +76,11 @@ def sample_simplex(
         raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    if n * size > _MAX_NUMEL:
+        raise ValueError(f"n·size must be at most 2^63 - 1 (the most entries a tensor can index), got n={_short(n)} "
+                         f"and size={_short(size)}")
     if device is not None:
-        try:
-            parsed = torch.device(device)
-            torch.empty(0, device=parsed)  # an unavailable device (no CUDA, bad index) fails here, cheaply
-        except (RuntimeError, TypeError, ValueError, AssertionError) as exc:  # torch asserts "not compiled with CUDA"
-            raise ValueError(f"device must name an available torch device (e.g. 'cpu', 'cuda:0'), got {device!r}: "
-                             f"{exc}") from exc
-        device = parsed
+        device = _check_device(device)
     draw_device = generator.device if generator is not None else (device if device is not None else torch.device("cpu"))
     target = device if device is not None else torch.device(draw_device)
     x = torch.empty((size, n), dtype=dtype, device=draw_device).exponential_(1.0, generator=generator)

@@ -4,7 +4,7 @@ The spectrum of ``W`` with shape ``(..., m, n)`` is the vector of its ``k = min(
 σ_1 >= ... >= σ_k >= 0. Normalising a power of it gives a point of the simplex Δ^{k-1} (book, eq.
 ``eq-normalisations``)::
 
-    p_i = σ_i^power / Σ_j σ_j^power,   power = 1 (Roy–Vetterli, the source) or 2 (the Moonlight report).
+    p_i = σ_i^power / Σ_j σ_j^power,   power = 1 (Roy–Vetterli) or 2 (the Moonlight report); the source offers both.
 
 Dtypes: float32 and float64 are computed in their own precision; float16 and bfloat16 inputs are computed in
 float32 (``torch.linalg.svdvals`` has no half-precision kernels) and the result is cast back to the input dtype.
@@ -128,8 +128,8 @@ def _check_rtol(rtol: Any) -> float | None:
 def spectral_distribution(W: Any, power: float = 1, *, rtol: float | None = None) -> torch.Tensor | np.ndarray:
     """The normalised spectrum p_i = σ_i^power / Σ_j σ_j^power of each matrix (book eq. ``eq-normalisations``).
 
-    ``power=1`` is the normalisation of Roy and Vetterli and of the source article (σ / Σσ); ``power=2`` is
-    the one of the Moonlight report (σ² / Σσ², the share of the squared Frobenius norm). Any positive
+    ``power=1`` is the normalisation of Roy and Vetterli (σ / Σσ); ``power=2`` is the one of the Moonlight report
+    (σ² / Σσ², the share of the squared Frobenius norm); the source article offers both. Any positive
     finite power is accepted.
 
     Singular values at or below ``rtol * σ_1`` count as exact zeros. The default ``rtol=None`` uses

@@ -40,6 +40,11 @@ __all__ = [
     "exact_entropy_variance",
     "exact_expected_power_sum",
     "large_n_series",
+    "exp_log_moment",
+    "smooth_function_cumulants",
+    "renyi_large_n_constants",
+    "shannon_large_n_constants",
+    "renyi_mean_correction",
 ]
 
 n = sp.Symbol("n", integer=True, positive=True)
@@ -154,3 +159,87 @@ def large_n_series(expr: sp.Expr, order: int = 3) -> sp.Expr:
     m = sp.Symbol("m", positive=True)
     series = sp.series(expr.subs(n, 1 / m), m, 0, order).removeO()
     return sp.expand(series.subs(m, 1 / n)) + sp.O(n ** (-order), (n, sp.oo))
+
+
+@lru_cache(maxsize=None)
+def exp_log_moment(power: int, log_power: int) -> sp.Expr:
+    """E[x^power (log x)^log_power] for x ~ Exp(1): the log_power-th derivative of Γ(s+1) at s = power."""
+    return sp.expand_func(sp.diff(sp.gamma(s + 1), s, log_power).subs(s, power))
+
+
+def smooth_function_cumulants(g: sp.Expr, variables: tuple, means: dict, central_moment) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+    """(c, V, K) of g(X̄) for the mean X̄ of n i.i.d. copies of a random vector with given central moments.
+
+    E[g(X̄)] = g(μ) + c/n + O(n^-2), Var = V/n + O(n^-2), κ_3 = K/n² + O(n^-3), with c = ½ Σ g_ij κ_ij,
+    V = Σ g_i g_j κ_ij and K = Σ g_i g_j g_k κ_ijk + 3 Σ g_i g_j g_kl κ_ik κ_jl (hall1992bootstrap, §2.4),
+    where κ_ij and κ_ijk are the second and third central moments of one copy. ``central_moment(i, j, k)``
+    returns E[Π (X_a - μ_a)] for the tuple of variable indices given.
+    """
+    idx = range(len(variables))
+    grad = [sp.diff(g, v).subs(means) for v in variables]
+    hess = [[sp.diff(g, a, b).subs(means) for b in variables] for a in variables]
+    k2 = [[central_moment(i, j) for j in idx] for i in idx]
+    c = sum(hess[i][j] * k2[i][j] for i in idx for j in idx) / 2
+    V = sum(grad[i] * grad[j] * k2[i][j] for i in idx for j in idx)
+    K = sum(grad[i] * grad[j] * grad[k] * central_moment(i, j, k) for i in idx for j in idx for k in idx)
+    K += 3 * sum(grad[i] * grad[j] * hess[k][l] * k2[i][k] * k2[j][l] for i in idx for j in idx for k in idx for l in idx)
+    return c, V, K
+
+
+def _exp_central_moment(functions: tuple, means: tuple):
+    """central_moment(i, j, ...) for the vector (f_1(x), ...) of functions of one x ~ Exp(1), given as
+    polynomials in the symbols x and L = log x (expanded and integrated term by term)."""
+    X, L = sp.symbols("x L", positive=True)
+
+    def moment(*indices):
+        poly = sp.expand(sp.Mul(*[functions[i](X, L) - means[i] for i in indices]))
+        total = sp.Integer(0)
+        for term in sp.Add.make_args(poly):
+            coeff, rest = term.as_independent(X, L)
+            powers = sp.Poly(rest, X, L).monoms()[0] if rest.has(X) or rest.has(L) else (0, 0)
+            total += coeff * exp_log_moment(*powers)
+        return sp.simplify(total)
+
+    return moment
+
+
+@lru_cache(maxsize=None)
+def shannon_large_n_constants() -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+    """(c, V, K) for the Shannon entropy: H - log n = log u - w/u, u = mean(x), w = mean(x log x).
+
+    Returns 1/2, π²/3 - 3 and 12 ζ(3) - 10 - π²/2, so that the skewness tends to
+    (12 ζ(3) - 10 - π²/2) / (π²/3 - 3)^{3/2} / sqrt(n) and the mode sits (10 + π²/2 - 12 ζ(3)) / (2 (π²/3 - 3)) / n
+    above the mean (book eqs. ``eq-skewness-limit``, ``eq-mode-offset``).
+    """
+    uu, ww = sp.symbols("u w", positive=True)
+    mean_w = exp_log_moment(1, 1)
+    moment = _exp_central_moment((lambda X, L: X, lambda X, L: X * L), (sp.Integer(1), mean_w))
+    c, V, K = smooth_function_cumulants(sp.log(uu) - ww / uu, (uu, ww), {uu: 1, ww: mean_w}, moment)
+    return tuple(sp.nsimplify(sp.simplify(e), [sp.pi, sp.zeta(3)]) for e in (c, V, K))
+
+
+@lru_cache(maxsize=None)
+def renyi_large_n_constants(order: int) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+    """(c, V, K) for H_q with an integer order q >= 2, from g = (q log u - log v)/(q - 1), v = mean(x^q).
+
+    At q = 2: 3/2, 1 and -7 (skewness -7/sqrt(n), mode 3.5/n above the mean, mean field low by 3/(2n)).
+    """
+    order = int(order)
+    uu, vv = sp.symbols("u v", positive=True)
+    moment = _exp_central_moment((lambda X, L: X, lambda X, L: X**order), (sp.Integer(1), sp.factorial(order)))
+    g = (order * sp.log(uu) - sp.log(vv)) / (order - 1)
+    return tuple(sp.simplify(e) for e in smooth_function_cumulants(g, (uu, vv), {uu: 1, vv: sp.factorial(order)}, moment))
+
+
+@lru_cache(maxsize=None)
+def renyi_mean_correction() -> sp.Expr:
+    """c(q) for a general order q: ½ Σ g_ij κ_ij with g = (q log u - log v)/(q-1) (book eq. ``eq-mean-correction``).
+
+    Only second moments of (x, x^q) enter: Var x = 1, Var x^q = Γ(2q+1) - Γ(q+1)², and g_uv = 0, so
+    c(q) = [Γ(2q+1)/Γ(q+1)² - 1 - q] / (2(q-1)).
+    """
+    G = exp_moment(q)
+    H = sp.log(n) + (q * sp.log(u) - sp.log(v)) / (q - 1)
+    point = {u: 1, v: G}
+    c = (sp.diff(H, u, 2).subs(point) * 1 + sp.diff(H, v, 2).subs(point) * (exp_moment(2 * q) - G**2)) / 2
+    return sp.simplify(sp.gammasimp(c))

@@ -1,0 +1,190 @@
+"""The torch.optim shell shared by Muon and ManifoldMuon: collect lists, plan every group, verify once, commit.
+
+Subclasses define ``_check_group(group, index)`` (raise for bad options or parameters; called for every
+param group, including ones added later) and ``_plan_group(plan, group, labels)`` (collect the group's
+tensors and add its updates to the plan through :mod:`svmuon.optim.functional`). Everything else -- the
+closure, the single host synchronisation, atomicity across groups, ``nan_policy``, ``skipped_steps`` in
+the state dict, named parameters in error messages, the orthogonaliser resolved once per option set --
+lives here.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Callable, Iterable
+
+import torch
+from torch.optim.optimizer import _to_scalar
+
+from svmuon.optim.plan import StepPlan, raise_for
+
+NAN_POLICIES = ("raise", "skip")
+
+
+def check_hyper(name: str, value: Any, *, upper: float = math.inf, tensor_ok: bool = False) -> float:
+    """``value`` as a float in ``[0, upper)``; ``TypeError``/``ValueError`` naming ``name`` otherwise.
+
+    With ``tensor_ok`` a one-element tensor is accepted too (``lr``, as torch.optim allows), and read once.
+    """
+    if tensor_ok and isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor lr must be 1-element: {name} has shape {tuple(value.shape)}")
+        if not value.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor, got dtype {value.dtype}")
+        value = float(value)
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if math.isnan(value) or not (0.0 <= value < upper):
+        raise ValueError(f"{name} must lie in [0, {upper}), got {value}")
+    return value
+
+
+def check_param(p: Any, label: str, optimizer: str) -> None:
+    """A parameter must be a non-empty real floating tensor (before any shape rule of the optimizer)."""
+    if not isinstance(p, torch.Tensor):
+        raise TypeError(f"{optimizer}: {label} must be a torch.Tensor, got {type(p).__name__}")
+    if p.is_complex() or not p.is_floating_point():
+        raise TypeError(f"{optimizer}: {label} must have a real floating dtype, got {p.dtype} "
+                        f"({optimizer} does not support complex parameters)")
+    if p.numel() == 0:
+        raise ValueError(f"{optimizer}: {label} is empty (shape {tuple(p.shape)})")
+
+
+class Label(str):
+    """A parameter's name in error messages (a str), knowing the index of its param group."""
+
+    group: int
+
+
+class Labels:
+    """Names of some of a group's parameters (``positions`` in the group) for error messages, built only
+    when one is needed: the name given to the optimizer (named parameters) and the position."""
+
+    def __init__(self, group_index: int, group: dict[str, Any], positions: list[int]) -> None:
+        self.group_index, self.group, self.positions = group_index, group, positions
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, i: int) -> Label:
+        k = self.positions[i]
+        names = self.group.get("param_names")
+        where = f"param_groups[{self.group_index}]['params'][{k}], shape {tuple(self.group['params'][k].shape)}"
+        label = Label(f"parameter {names[k]!r} ({where})" if names else f"parameter {where}")
+        label.group = self.group_index
+        return label
+
+
+class MatrixOptimizer(torch.optim.Optimizer):
+    """Base of :class:`~svmuon.optim.muon.Muon` and :class:`~svmuon.optim.manifold_muon.ManifoldMuon` (see the module docstring).
+
+    Attributes:
+        skipped_steps: steps skipped under ``nan_policy="skip"``; saved by ``state_dict()`` (key
+            ``"skipped_steps"``) and restored by ``load_state_dict()``.
+    """
+
+    def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
+        self.skipped_steps = 0
+        self._orthogonalizers: dict[tuple, Any] = {}
+        super().__init__(params, defaults)
+
+    # -- groups ----------------------------------------------------------------------------------------------
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a group (torch.optim semantics, named parameters included), then check its options and
+        parameters; a group that fails the check is not added."""
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        try:
+            self._check_group(group, len(self.param_groups) - 1)
+        except Exception:
+            self.param_groups.pop()
+            raise
+
+    def _check_group(self, group: dict[str, Any], index: int) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _orthogonalizer(self, method: str, ns_steps: Any, ns_coefficients: Any, compute_dtype: Any) -> Any:
+        """The :class:`~svmuon.orthogonal.msign.Orthogonalizer` of these options, built (and checked) once."""
+        from svmuon.orthogonal.msign import Orthogonalizer
+
+        coeffs = ns_coefficients if isinstance(ns_coefficients, (str, type(None))) else _freeze(ns_coefficients)
+        key = (method, ns_steps, coeffs, compute_dtype)
+        orth = self._orthogonalizers.get(key)
+        if orth is None:
+            orth = Orthogonalizer(method, ns_steps=ns_steps, ns_coefficients=ns_coefficients,
+                                  compute_dtype=compute_dtype)
+            self._orthogonalizers[key] = orth
+        return orth
+
+    # -- step ------------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """One step on every parameter with a gradient (parameters without one are untouched).
+
+        Every update is computed first; one host synchronisation then checks them all; only then is
+        anything written. A non-finite update raises :class:`~svmuon.optim.plan.NonFiniteUpdateError`
+        naming the parameter (or, with ``nan_policy="skip"`` for its group, skips the whole step and
+        counts it in ``skipped_steps``); a point that left its manifold raises
+        :class:`~svmuon.optim.plan.OffManifoldError`. Either way no parameter, buffer or counter
+        changes.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        plan = StepPlan(type(self).__name__)
+        for index, group in enumerate(self.param_groups):
+            positions = [k for k, p in enumerate(group["params"]) if p.grad is not None]
+            if positions:
+                self._plan_group(plan, group, Labels(index, group, positions))
+        failures = plan.failures()
+        skip = {i for i, g in enumerate(self.param_groups) if g.get("nan_policy", "raise") == "skip"}
+        if failures and all(kind == "nonfinite" and label.group in skip for kind, label, _, _ in failures):
+            self.skipped_steps += 1
+            return loss
+        raise_for(type(self).__name__, failures)
+        plan.commit()
+        return loss
+
+    def _plan_group(self, plan: StepPlan, group: dict[str, Any], labels: Labels) -> None:  # pragma: no cover
+        """Add the updates of the parameters at ``labels.positions`` (those with a gradient) to ``plan``."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _lr(group: dict[str, Any]) -> Any:
+        return _to_scalar(group["lr"])
+
+    # -- copying and state dicts -----------------------------------------------------------------------------
+    #: attributes beyond torch.optim's (defaults, state, param_groups) that copies and pickles keep
+    _extra_attributes: tuple[str, ...] = ("skipped_steps",)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.update({name: getattr(self, name) for name in self._extra_attributes})
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.__dict__.setdefault("skipped_steps", 0)
+        self._orthogonalizers = {}  # rebuilt on first use
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch.optim's state dict plus ``"skipped_steps"`` (an int)."""
+        sd = super().state_dict()
+        sd["skipped_steps"] = self.skipped_steps
+        return sd
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch.optim's ``load_state_dict`` (state cast to each parameter's dtype and device), and
+        ``skipped_steps`` (0 if the dict has none, e.g. one saved by torch.optim.Muon)."""
+        skipped = state_dict.get("skipped_steps", 0)
+        super().load_state_dict(state_dict)
+        self.skipped_steps = int(skipped)
+
+
+def _freeze(x: Any) -> Any:
+    if isinstance(x, (list, tuple)):
+        return tuple(_freeze(v) for v in x)
+    return x

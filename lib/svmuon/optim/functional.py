@@ -1,0 +1,351 @@
+"""Functional core of the optimizers: pure functions of lists of tensors (torch's ``_muon.py`` pattern).
+
+:class:`svmuon.optim.muon.Muon` and :class:`svmuon.optim.manifold_muon.ManifoldMuon` only collect, per
+param group, the parameters that have a gradient, their gradients and their state, and call the functions
+here with explicit keyword arguments; nothing below ``step()`` sees a param-group dict. A step has two phases:
+
+1. **plan** (:func:`muon_updates`, :func:`manifold_muon_updates`): compute every new value (momentum
+   buffers, parameters, solver state) out of place into a :class:`~svmuon.optim.plan.StepPlan`, with a boolean per
+   parameter that says whether its update is finite (and, on a manifold, whether the point was still on
+   it). No host synchronisation: same-shape matrices are stacked and orthogonalised in one batched call.
+2. **verify, then commit** (:meth:`~svmuon.optim.plan.StepPlan.verify`,
+   :meth:`~svmuon.optim.plan.StepPlan.commit`): one host synchronisation reads every flag at once; only if
+   all hold are the new values copied into place. A step is therefore
+   atomic: a NaN gradient, a momentum that overflows, a NaN buffer loaded from a checkpoint or a point
+   moved off its manifold raises one error naming the parameter, and nothing at all is changed.
+
+:func:`muon` and :func:`manifold_muon` do all three for one list of parameters (the functional API); the
+optimizers plan every param group first and verify once, so a step over several groups is atomic too.
+
+**The** ``eps`` **rule, one meaning everywhere.** ``eps`` is the size, relative to its reference, below
+which the matrix handed to msign counts as noise: the orthogonalised step is multiplied by
+``min(1, ‖A‖_F / (eps · ref))``. For Muon ``A = U`` (the momentum update) and ``ref = 1``: torch.optim.Muon's
+absolute floor, so a vanishing update takes a vanishing step. On a manifold ``A = P_W(U)`` (the tangent
+part of the update, ``W[WᵀU]_skew`` on O(n)) and ``ref = ‖U‖_F``: a tangent part at rounding level relative
+to the update (``‖[WᵀU]_skew‖ ≈ 1e-7 ‖U‖`` for a normal gradient in float32) takes no full step of length
+``lr`` in a random direction. ``eps = 0`` switches the rule off (a purely scale-invariant step).
+
+References:
+    paszke2019pytorch (torch.optim.Muon and its functional form), jordan2024muon, su2025orthogonal.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any, Callable, Sequence
+
+import torch
+
+from svmuon.optim.distributed import is_dtensor, shard_like, whole
+from svmuon.optim.plan import NonFiniteUpdateError, OffManifoldError, StepPlan  # noqa: F401  (also importable from here)
+
+__all__ = ["muon", "manifold_muon", "muon_updates", "manifold_muon_updates", "adjust_lr"]
+
+
+def adjust_lr(lr: Any, adjust_lr_fn: str | None, shape: Sequence[int]) -> Any:
+    """Learning rate of a ``(m, n)`` matrix after the named shape rule (torch.optim.Muon's ``_adjust_lr``).
+
+    * ``None`` or ``"original"`` (jordan2024muon): ``lr * sqrt(max(1, m / n))``. Since ``‖msign(U)‖₂ = 1``,
+      this is a step of spectral norm ``lr`` per unit of ``sqrt(max(1, m/n))``, the "spectral norm per
+      step" reading: a step whose size as an operator (``‖ΔW‖₂``, the norm of eq-steepest) is
+      ``lr * sqrt(m/n)`` for tall matrices, ``lr`` otherwise.
+    * ``"match_rms_adamw"`` (liu2025moonlight): ``0.2 * lr * sqrt(max(m, n))``. A full-rank ``msign`` of an
+      ``(m, n)`` matrix has RMS entry ``sqrt(min(m, n) / (m n)) = 1 / sqrt(max(m, n))``; this rule makes the
+      update's RMS 0.2 ``lr``, the typical RMS of an AdamW update, so AdamW's lr and weight decay carry over.
+
+    Args:
+        lr: a float or a 0-d tensor (kept a tensor: no host synchronisation).
+        adjust_lr_fn: the rule's name. shape: ``(m, n, ...)``; only the first two entries are read.
+
+    Raises:
+        ValueError: unknown rule (the message starts as torch.optim.Muon's).
+    """
+    m, n = shape[:2]
+    if adjust_lr_fn is None or adjust_lr_fn == "original":
+        return lr * math.sqrt(max(1.0, m / n))
+    if adjust_lr_fn == "match_rms_adamw":
+        return lr * (0.2 * math.sqrt(max(m, n)))
+    raise ValueError(f"Adjust learning rate function {adjust_lr_fn} is not supported: adjust_lr_fn must be None, "
+                     "'original' or 'match_rms_adamw'")
+
+
+def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """A ``(k, ...)`` batch; a view for ``k = 1``."""
+    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
+
+
+def _label(labels: Sequence[Any] | None, i: int) -> Any:
+    return labels[i] if labels is not None else f"parameter {i}"
+
+
+def _batches(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], extra: Sequence[Any] = ()) -> list[list[int]]:
+    """Indices grouped by (shape, dtype, device, *extra); a DTensor is a batch of its own."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, (p, g) in enumerate(zip(params, grads)):
+        key = ("dtensor", i) if is_dtensor(g) else (tuple(p.shape), g.dtype, p.dtype, g.device,
+                                                    *(e[i] for e in extra))
+        groups[key].append(i)
+    return list(groups.values())
+
+
+def _damping(A_norm: torch.Tensor, ref: torch.Tensor | float, eps: float) -> torch.Tensor:
+    """``min(1, A_norm / (eps ref))`` per matrix (the eps rule of the module docstring); 1 where
+    ``A_norm >= eps ref``, which includes ``eps = 0`` and ``A = 0 = ref`` (then the step is 0 anyway)."""
+    floor = ref * eps
+    return torch.where(A_norm >= floor, torch.ones_like(A_norm), A_norm / floor)
+
+
+def _momentum(G: torch.Tensor, B: torch.Tensor, momentum: float, nesterov: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(B', U)``: ``B' = μB + (1-μ)G`` out of place, ``U = (1-μ)G + μB'`` (Nesterov) or ``B'`` (torch.optim.Muon)."""
+    new_B = B.lerp(G, 1 - momentum)
+    return new_B, (G.lerp(new_B, momentum) if nesterov else new_B)
+
+
+def _batch_momentum(idx: list[int], grads: Sequence[torch.Tensor], buffers: Sequence[torch.Tensor], momentum: float,
+                    nesterov: bool) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """``([B'_j], U)`` for a batch: ``U`` stacked ``(k, m, n)``, a plain tensor (a DTensor's gathered whole:
+    orthogonalising it whole is the only correct way, see :mod:`svmuon.optim.distributed`)."""
+    if is_dtensor(grads[idx[0]]):  # a batch of one FSDP2 shard: momentum on the shard, then gather U
+        new_B, U = _momentum(grads[idx[0]], buffers[idx[0]], momentum, nesterov)
+        return [new_B], whole(U).unsqueeze(0)
+    new_B, U = _momentum(_stack([grads[i] for i in idx]), _stack([buffers[i] for i in idx]), momentum, nesterov)
+    return list(new_B.unbind(0)), U
+
+
+def muon_updates(
+    params: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    momentum_buffers: Sequence[torch.Tensor],
+    *,
+    lr: Any,
+    weight_decay: float,
+    momentum: float,
+    nesterov: bool,
+    orthogonalize: Callable[[torch.Tensor], torch.Tensor],
+    eps: float,
+    adjust_lr_fn: str | None,
+    labels: Sequence[Any] | None = None,
+    plan: StepPlan | None = None,
+) -> StepPlan:
+    """Plan one Muon step (jordan2024muon; the conventions of torch.optim.Muon), changing nothing.
+
+    For each matrix ``W`` (shape ``(m, n)``) with gradient ``g`` and buffer ``B``: ``B' = μB + (1-μ)g``;
+    ``U = (1-μ)g + μB'`` (Nesterov) or ``B'``; ``O = orthogonalize(U) · min(1, ‖U‖_F / eps)``;
+    ``W' = (1 - lr·weight_decay) W - adjust_lr(lr, adjust_lr_fn, (m, n)) · O``. Same-shape matrices go
+    through one batched ``orthogonalize`` call; a DTensor (FSDP2 shard) is gathered whole for it and the
+    result cut back into its block (:mod:`svmuon.optim.distributed`).
+
+    Args:
+        params, grads, momentum_buffers: equal-length lists of ``(m, n)`` tensors (buffers as ``zeros_like``
+            for a first step).
+        lr: float or 0-d tensor. weight_decay, momentum, eps: floats. nesterov: bool.
+        orthogonalize: ``X -> msign(X)`` on ``(k, m, n)`` tensors, e.g. an
+            :class:`~svmuon.orthogonal.msign.Orthogonalizer`.
+        adjust_lr_fn: see :func:`adjust_lr`.
+        labels: names of the parameters for error messages (default ``"parameter i"``).
+        plan: a plan to add to (default: a new one).
+
+    Returns:
+        The plan; ``plan.verify()`` then ``plan.commit()`` apply it.
+    """
+    plan = plan if plan is not None else StepPlan("Muon")
+    for idx in _batches(params, grads):
+        P = [params[i] for i in idx]
+        new_B, U = _batch_momentum(idx, grads, momentum_buffers, momentum, nesterov)
+        norm = torch.linalg.matrix_norm(U if U.dtype in (torch.float32, torch.float64) else U.float())
+        O = orthogonalize(U)
+        scale = (adjust_lr(lr, adjust_lr_fn, tuple(P[0].shape)) * _damping(norm, 1.0, eps)).to(O.dtype)
+        decay = 1 - lr * weight_decay
+        if is_dtensor(P[0]):  # checked on the gathered whole: the same answer on every rank
+            plan.add_batch([_label(labels, idx[0])], [O])
+            p = P[0]
+            plan.write(p, p * decay - shard_like(O[0], p).to(p.dtype) * scale[0])
+            plan.write(momentum_buffers[idx[0]], new_B[0])
+            continue
+        # W' = decay W - scale O, built in O's storage (O is ours); a NaN/Inf in g, B or B' reaches U,
+        # and from U every entry of O (Newton–Schulz mixes all entries), so checking W' checks them all
+        new_P = O.mul_(-scale[:, None, None]).to(P[0].dtype)
+        for j, p in enumerate(P):
+            if isinstance(decay, torch.Tensor):
+                new_P[j].addcmul_(p, decay)
+            else:
+                new_P[j].add_(p, alpha=decay)
+        plan.add_batch([_label(labels, i) for i in idx], [new_P])
+        for j, i in enumerate(idx):
+            plan.write(params[i], new_P[j])
+            plan.write(momentum_buffers[i], new_B[j])
+    return plan
+
+
+def muon(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], momentum_buffers: Sequence[torch.Tensor],
+         **kwargs: Any) -> None:
+    """One atomic Muon step in place: :func:`muon_updates`, then verify (one host sync), then commit.
+
+    Keyword arguments as for :func:`muon_updates`.
+
+    Raises:
+        NonFiniteUpdateError: some update is NaN/Inf (nothing was changed).
+    """
+    plan = muon_updates(params, grads, momentum_buffers, **kwargs)
+    plan.verify()
+    plan.commit()
+
+
+def manifold_muon_updates(
+    params: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    momentum_buffers: Sequence[torch.Tensor],
+    solver_states: Sequence[dict[str, torch.Tensor]] | None = None,
+    *,
+    lr: Any,
+    manifold: Any,
+    orthogonalize: Callable[[torch.Tensor], torch.Tensor],
+    momentum: float,
+    nesterov: bool,
+    eps: float | None,
+    correct: bool | Sequence[bool],
+    atol: float | None,
+    drifts: Sequence[torch.Tensor | None] | None = None,
+    infos: Sequence[dict[str, torch.Tensor]] | None = None,
+    labels: Sequence[Any] | None = None,
+    plan: StepPlan | None = None,
+) -> StepPlan:
+    """Plan one step of Muon on a manifold (su2025orthogonal), changing nothing.
+
+    For each point ``W`` with gradient ``g``: momentum in ambient space as :func:`muon_updates` (``B'``,
+    ``U``); the manifold's steepest direction for ``U`` (``manifold._direction``); the step length
+    ``η = lr · min(1, ‖P_W(U)‖_F / (eps ‖U‖_F))`` (the eps rule of the module docstring); the retraction
+    along it (``manifold._retract_along``); then ``manifold._stabilize``, which forms ``W'ᵀW'`` once to
+    measure the defect and (where ``correct``) applies one Björck step. The point must have been on the
+    manifold: the step is refused if the defect exceeds ``2 (atol + drift) + slack``, where ``drift`` is the
+    defect the point was left with by the previous uncorrected step (0 after a corrected one) and
+    ``slack = manifold._step_slack(η, orthogonalize)`` bounds what the retraction itself may add (e.g. the
+    Keller Jordan band, eq-orth-drift). A scaled or overwritten point (defect of order 1) is refused.
+
+    Args:
+        params, grads, momentum_buffers: equal-length lists of tensors ``(m, n)`` (points, gradients, buffers).
+        solver_states: one dict per parameter with the manifold's ``state_keys`` (empty dicts, or ``None``
+            for all, at a first step); updated in place at commit.
+        lr: float or 0-d tensor (the spectral length of the step). momentum, nesterov: as Muon.
+        manifold: a :class:`~svmuon.orthogonal.base.Manifold`. orthogonalize: ``X -> msign(X)``.
+        eps: the eps rule's threshold (``None``: ``√eps`` of the parameter's dtype).
+        correct: apply the Björck correction (one bool, or one per parameter).
+        atol: tolerance of the point check (``None``: ``√eps`` of the parameter's dtype).
+        drifts: per parameter, the defect left by its previous uncorrected step (0-d tensor or ``None``).
+        infos: one dict per parameter, filled at commit with ``(,)``-tensors ``tangent_norm``, ``damping``,
+            ``defect`` and the manifold's own diagnostics. labels, plan: as :func:`muon_updates`.
+
+    Returns:
+        The plan. At commit, each ``drifts[i]`` is overwritten with the new drift (if a tensor) and
+        ``solver_states``/``infos`` are updated.
+    """
+    plan = plan if plan is not None else StepPlan("ManifoldMuon")
+    flags = [correct] * len(params) if isinstance(correct, bool) else list(correct)
+    for idx in _batches(params, grads, (flags,)):
+        P = [params[i] for i in idx]
+        new_B, U = _batch_momentum(idx, grads, momentum_buffers, momentum, nesterov)
+        dt = is_dtensor(P[0])
+        W = whole(P[0]).unsqueeze(0) if dt else _stack(P)  # FSDP2: the whole matrix, on every rank
+        Wc, Uc = manifold._to_canonical(_flat(W)), manifold._to_canonical(_flat(U.to(W.dtype)))
+        state = _stacked_state(manifold, Wc, [solver_states[i] if solver_states else {} for i in idx], W.shape[1:])
+        d = manifold._direction(Wc, Uc, orthogonalize, state)  # eq-orth-direction on O(n)
+        eps_ = math.sqrt(torch.finfo(W.dtype).eps) if eps is None else eps
+        damping = _damping(d.tangent_norm, torch.linalg.matrix_norm(Uc), eps_)  # the eps rule
+        eta = (lr * damping).to(W.dtype)[:, None, None]
+        W_new, defect = manifold._stabilize(manifold._retract_along(Wc, d.step, eta), flags[idx[0]])
+        W_new = manifold._from_canonical(W_new).reshape(W.shape)
+        drift_prev = torch.stack([_as_drift(drifts[i] if drifts else None, defect) for i in idx])
+        on_manifold, worst_defect, worst_tol = _point_check(defect, drift_prev, eta, manifold, orthogonalize, atol)
+        # a NaN/Inf in g, B or B' reaches U; U is checked itself (the SVD route reads NaN as 0)
+        plan.add_batch([_label(labels, i) for i in idx], [U, W_new, d.tangent_norm.reshape(len(idx), -1)],
+                       on_manifold=on_manifold, defect=worst_defect, tolerance=worst_tol)
+        new_drift = torch.zeros_like(drift_prev) if flags[idx[0]] else defect.reshape(len(idx), -1).amax(dim=1)
+        info = {"tangent_norm": d.tangent_norm, "damping": damping, "defect": defect, **d.info}
+        for j, i in enumerate(idx):
+            plan.write(params[i], shard_like(W_new[j], params[i]) if dt else W_new[j])
+            plan.write(momentum_buffers[i], new_B[j])
+            if drifts is not None and isinstance(drifts[i], torch.Tensor):
+                plan.write(drifts[i], new_drift[j])
+            rows = lambda values: {key: _row(v, len(idx), j, W.shape[1:]) for key, v in values.items()}  # noqa: E731
+            if solver_states is not None:
+                _plan_state(plan, solver_states[i], rows(d.state))
+            if infos is not None:
+                _plan_state(plan, infos[i], rows(info), copy=False)
+    return plan
+
+
+def _flat(T: torch.Tensor) -> torch.Tensor:
+    """``(k, ..., m, n) -> (k·b, m, n)``: every matrix of a batch of parameters as one batch of matrices."""
+    return T.reshape(-1, *T.shape[-2:])
+
+
+def _point_check(defect: torch.Tensor, drift_prev: torch.Tensor, eta: torch.Tensor, manifold: Any,
+                 orthogonalize: Any, atol: float | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per parameter (``k`` of them, ``b`` matrices each): ``defect <= 2 (atol + drift) + slack`` for every
+    matrix, and the defect and tolerance of its worst matrix (for the error message)."""
+    k = drift_prev.shape[0]
+    tol = math.sqrt(torch.finfo(defect.dtype).eps) if atol is None else atol
+    slack = manifold._step_slack(eta, orthogonalize)
+    slack = slack.reshape(k, -1) if isinstance(slack, torch.Tensor) else slack
+    tolerance = (2 * (tol + drift_prev[:, None]) + slack).expand(k, defect.numel() // k)
+    excess = defect.reshape(k, -1) - tolerance  # the check holds where <= 0 (and fails for NaN)
+    worst = excess.argmax(dim=1, keepdim=True)
+    return (excess <= 0).all(dim=1), defect.reshape(k, -1).gather(1, worst)[:, 0], tolerance.gather(1, worst)[:, 0]
+
+
+def _row(v: torch.Tensor, k: int, j: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """Parameter ``j``'s part of a per-matrix batch value ``(k·b, ...)``: ``(...)`` of the parameter's batch
+    dims (a 0-d tensor for a plain matrix)."""
+    return v.reshape(k, *shape[:-2], *v.shape[1:])[j]
+
+
+def manifold_muon(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
+                  momentum_buffers: Sequence[torch.Tensor], solver_states: Sequence[dict] | None = None,
+                  **kwargs: Any) -> None:
+    """One atomic step of Muon on a manifold, in place: :func:`manifold_muon_updates`, verify, commit.
+
+    Raises:
+        NonFiniteUpdateError: some update is NaN/Inf. OffManifoldError: a point had left its manifold.
+            In both cases nothing was changed.
+    """
+    plan = manifold_muon_updates(params, grads, momentum_buffers, solver_states, **kwargs)
+    plan.verify()
+    plan.commit()
+
+
+def _as_drift(value: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    if value is None:
+        return torch.zeros((), dtype=like.dtype, device=like.device)
+    return value.to(dtype=like.dtype, device=like.device)
+
+
+def _stacked_state(manifold: Any, W: torch.Tensor, states: list[dict[str, torch.Tensor]],
+                   shape: tuple[int, ...]) -> dict[str, torch.Tensor]:
+    """The batch's solver state, one row per matrix ``(k·b, *S)``: stacked where every parameter has it
+    (a parameter of shape ``(*B, m, n)`` keeps ``(*B, *S)``), else initialised by the manifold for the
+    canonical batch ``W`` (``(k·b, m, n)``) and overwritten where a parameter already has it."""
+    keys = tuple(getattr(manifold, "state_keys", ()))
+    if not keys:
+        return {}
+    nb = len(shape) - 2  # batch dims of one parameter
+    if all(all(key in s for key in keys) for s in states):
+        return {key: torch.stack([s[key] for s in states]).reshape(W.shape[0], *states[0][key].shape[nb:])
+                for key in keys}
+    fresh = manifold._init_state(W)
+    for j, s in enumerate(states):  # parameters that already have state keep it
+        for key in keys:
+            if key in s:
+                fresh[key].reshape(len(states), -1, *fresh[key].shape[1:])[j] = s[key].reshape(-1, *fresh[key].shape[1:])
+    return fresh
+
+
+def _plan_state(plan: StepPlan, target: dict[str, torch.Tensor], new: dict[str, torch.Tensor], copy: bool = True) -> None:
+    """At commit, copy into existing same-shape tensors of ``target`` and store a clone where there is none
+    (solver state, ``copy``); or store the new value itself, a view of the batch result (diagnostics)."""
+    for key, value in new.items():
+        old = target.get(key)
+        if copy and isinstance(old, torch.Tensor) and old.shape == value.shape:
+            plan.write(old, value)
+        else:
+            plan.on_commit(lambda t=target, k=key, v=value: t.__setitem__(k, v.clone() if copy else v))

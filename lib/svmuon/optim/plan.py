@@ -1,0 +1,110 @@
+"""The atomic step: proposed new values, checked together with one host synchronisation, then written.
+
+:mod:`svmuon.optim.functional` fills a :class:`StepPlan` with every new value of a step (out of place) and
+one boolean per parameter; :meth:`StepPlan.failures` reads all of them at once, and only if none failed
+does :meth:`StepPlan.commit` copy the new values into place. The two errors name the refused parameter and
+say that nothing was changed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Callable, Sequence
+
+import torch
+
+__all__ = ["StepPlan", "NonFiniteUpdateError", "OffManifoldError"]
+
+
+class NonFiniteUpdateError(ValueError):
+    """An optimizer step would write NaN or Inf into a parameter or its state; nothing was changed."""
+
+
+class OffManifoldError(ValueError):
+    """A parameter was no longer on its manifold at a step (changed outside the optimizer); nothing was changed."""
+
+
+class StepPlan:
+    """The proposed new values of one optimizer step, verified with one host synchronisation, then committed.
+
+    Built by :func:`~svmuon.optim.functional.muon_updates` and
+    :func:`~svmuon.optim.functional.manifold_muon_updates` (several calls may add to one plan).
+    Holds ``(target, value)`` pairs to copy, one boolean tensor per batch of parameters (finite update,
+    still on the manifold), and the labels that name the parameters in an error.
+    """
+
+    def __init__(self, optimizer: str = "optimizer") -> None:
+        self.optimizer = optimizer
+        self._writes: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._on_commit: list[Callable[[], None]] = []
+        self._batches: list[dict[str, Any]] = []
+
+    def write(self, target: torch.Tensor, value: torch.Tensor) -> None:
+        """Copy ``value`` into ``target`` at commit."""
+        self._writes.append((target, value))
+
+    def on_commit(self, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` at commit (host-side bookkeeping: step counters, new state entries)."""
+        self._on_commit.append(fn)
+
+    def add_batch(self, labels: Sequence[Any], checked: Sequence[torch.Tensor], *,
+                  on_manifold: torch.Tensor | None = None, defect: torch.Tensor | None = None,
+                  tolerance: torch.Tensor | None = None) -> None:
+        """Record ``k`` parameters whose new values are finite iff every tensor of ``checked`` (each
+        ``(k, ...)``) is, and (on a manifold) their ``(k,)`` check, defects and tolerances.
+
+        The fast flag is the finiteness of each matrix's *sum* (one pass; NaN and ±Inf propagate through
+        a sum): it can only err towards a false alarm, when a sum of finite entries overflows, and an
+        alarm is re-checked entry by entry before anything is refused.
+        """
+        fast = torch.stack([torch.isfinite(T.sum(dim=tuple(range(1, T.ndim)))) for T in checked]).all(dim=0)
+        self._batches.append(dict(labels=list(labels), fast=fast, checked=list(checked), on_manifold=on_manifold,
+                                  defect=defect, tolerance=tolerance))
+
+    def failures(self) -> list[tuple[str, Any, float | None, float | None]]:
+        """``[(kind, label, defect, tolerance)]`` of every refused parameter (``kind``: ``"nonfinite"`` or
+        ``"off_manifold"``). Reads every flag at once: one host synchronisation per device (usually one)."""
+        by_device: dict[torch.device, list[torch.Tensor]] = defaultdict(list)
+        for b in self._batches:
+            ok = b["fast"] if b["on_manifold"] is None else b["fast"] & b["on_manifold"]
+            by_device[ok.device].append(ok)
+        if all(bool(torch.cat(flags).all()) for flags in by_device.values()):  # the one synchronisation
+            return []
+        out = []
+        for b in self._batches:  # an error path: more synchronisations are fine here
+            finite = torch.stack([torch.isfinite(T).flatten(1).all(dim=1) for T in b["checked"]]).all(dim=0).tolist()
+            manifold = b["on_manifold"].tolist() if b["on_manifold"] is not None else [True] * len(finite)
+            for i, label in enumerate(b["labels"]):
+                if not finite[i]:
+                    out.append(("nonfinite", label, None, None))
+                elif not manifold[i]:
+                    out.append(("off_manifold", label, float(b["defect"][i]), float(b["tolerance"][i])))
+        return out
+
+    def verify(self) -> None:
+        """Raise :class:`NonFiniteUpdateError` or :class:`OffManifoldError` for the first refused parameter."""
+        raise_for(self.optimizer, self.failures())
+
+    def commit(self) -> None:
+        """Copy every new value into place and run the bookkeeping callbacks."""
+        for target, value in self._writes:
+            target.copy_(value)
+        for fn in self._on_commit:
+            fn()
+
+
+def raise_for(optimizer: str, failures: list[tuple[str, Any, float | None, float | None]]) -> None:
+    """Raise the error that describes the first of ``failures`` (nothing if it is empty)."""
+    if not failures:
+        return
+    kind, label, defect, tol = failures[0]
+    others = f" ({len(failures) - 1} more parameters were refused too)" if len(failures) > 1 else ""
+    if kind == "nonfinite":
+        raise NonFiniteUpdateError(
+            f"{optimizer}: the update of {label} is not finite (NaN or Inf): a NaN/Inf gradient, a momentum "
+            f"that overflowed, or a NaN/Inf state loaded from a checkpoint{others}; no parameter or optimizer "
+            "state was changed")
+    raise OffManifoldError(
+        f"{optimizer}: {label} is no longer on its manifold: max|WᵀW - I| = {defect:.3g} after the step, above "
+        f"its tolerance {tol:.3g}{others}; it was changed outside the optimizer (scaled or overwritten?). "
+        "Project it back, e.g. W.data.copy_(manifold.project(W)); no parameter or optimizer state was changed")

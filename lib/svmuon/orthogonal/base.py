@@ -1,0 +1,402 @@
+"""What every manifold of ``svmuon`` implements, and how an optimizer steps on one.
+
+A manifold here is a set of matrices ``W ∈ R^{m×n}`` with ``WᵀW = I_n`` (the orthogonal group for m = n,
+the Stiefel manifold for m > n), embedded in the space of all matrices with the Frobenius inner product.
+A :class:`Manifold` object holds no optimizer state; it offers two layers.
+
+**Public, checked methods** (tensor or NumPy in, the same type out; shapes ``(..., m, n)``; they raise
+``TypeError``/``ValueError`` naming the argument): :meth:`~Manifold.check_point`, :meth:`~Manifold.defect`,
+:meth:`~Manifold.project` (nearest point), :meth:`~Manifold.project_tangent`,
+:meth:`~Manifold.steepest_direction` (``Φ`` maximising ``tr(GᵀΦ)`` over unit-spectral-norm tangent
+vectors), :meth:`~Manifold.retract` (the polar retraction of a tangent vector) and
+:meth:`~Manifold.retract_along` (the closed form of ``retract(W, -ηΦ)`` for a partial isometry ``Φ``).
+
+**Kernels** (underscore names, unchecked, batched ``(k, m, n)`` tensors in the manifold's canonical form,
+no host synchronisation), which :func:`svmuon.optim.functional.manifold_muon` calls on the hot path. One
+optimizer step on a batch of same-shape parameters is::
+
+    W, U = to_canonical(W), to_canonical(U)        # e.g. a wide Stiefel point is handled transposed
+    d = _direction(W, U, orthogonalize, state)      # Direction(step, tangent_norm, state, info)
+    eta = lr * min(1, d.tangent_norm / (eps ‖U‖_F)) # tiny tangent parts are damped (the eps rule)
+    W_new = _retract_along(W, d.step, eta)
+    W_new, defect = _stabilize(W_new, correct)      # forms W_newᵀW_new once: defect, and a Björck step
+    ok = defect <= 2 (atol + drift) + _step_slack(eta, orthogonalize)  # W was on the manifold before
+    W_new = from_canonical(W_new); state <- d.state  # committed only if every parameter is finite and ok
+
+(``drift`` is the defect the previous step left uncorrected, 0 after a corrected one.)
+
+Developer note: adding a manifold
+---------------------------------
+Subclass :class:`Manifold` and implement
+
+* ``_shape_error(shape) -> str | None``: why a parameter of this shape cannot live here (``None``: fine).
+* ``_to_canonical(X)`` / ``_from_canonical(X)``: the orientation the kernels work in (default: as is).
+  Both must be cheap views (``X.mT``) and inverse to each other; the optimizer applies them to the
+  point, the update and the result, so a wide parameter can be handled as its transposed tall matrix.
+* ``_init_state(W) -> dict[str, Tensor]``: per-parameter solver state for a canonical batch ``W`` of
+  shape ``(k, m, n)``, each value a tensor whose first dimension is ``k`` (e.g. a warm-start dual
+  variable ``X`` of shape ``(k, n, n)``; list the names in the class attribute ``state_keys``). The
+  optimizer keeps each parameter's slice in ``optimizer.state[p]["solver"][key]`` (saved by
+  ``state_dict()``, cast to the parameter's dtype by ``load_state_dict()``), stacks it for the next step,
+  and writes back the new values from :class:`Direction` ``.state`` when the step commits (never when it
+  is refused). Default: ``{}``.
+* ``_direction(W, U, orthogonalize, state) -> Direction``: the steepest direction for the ambient update
+  ``U`` (both ``(k, m, n)``, canonical) with ``orthogonalize`` (an
+  :class:`~svmuon.orthogonal.msign.Orthogonalizer`, ``X -> msign(X)``). ``step`` is whatever
+  ``_retract_along`` needs (the orthogonal group passes ``O`` with ``Φ = W O``; another manifold may pass
+  ``Φ`` itself); ``tangent_norm`` is ``‖P_W(U)‖_F`` per matrix (shape ``(k,)``); ``info`` maps names to
+  ``(k,)`` diagnostics (iterations, residuals), which the optimizer stores in ``state[p]["info"]``.
+* ``_retract_along(W, step, eta) -> W_new``: the retraction of ``-eta Φ``; ``eta`` is a tensor of shape
+  ``(k, 1, 1)``.
+* ``_stabilize(W, correct) -> (W, defect)``: the point check and drift correction. Form the Gram matrix
+  once, return ``defect = max|WᵀW - I|`` per matrix (``(k,)``, of the matrix *before* correction) and, if
+  ``correct``, the corrected point (the default does exactly this with one Björck step).
+* ``_step_slack(eta, orthogonalize) -> Tensor``: an upper bound on the defect that one retraction may add
+  by itself (e.g. because a Newton–Schulz ``Φ`` is not an exact partial isometry), shape broadcastable to
+  ``(k,)``; the optimizer refuses a step whose ``defect`` exceeds ``2 (atol + drift) + slack``. Default: 0.
+* the public methods that have no generic form here: ``project``, ``_project_tangent`` (the kernel of
+  :meth:`Manifold.project_tangent`), and, if ``step`` is not ``Φ`` itself, ``_tangent_from_step(W, step)``
+  and ``_step_from_tangent(W, Phi)`` (used by :meth:`Manifold.steepest_direction` and
+  :meth:`Manifold.retract_along`).
+
+References:
+    absil2008optimization (embedded submanifolds, retractions), edelman1998geometry,
+    su2025orthogonal (the steepest direction under the spectral norm on O(n)), higham2008functions (polar
+    decomposition), bjorck1971iterative (the Björck correction).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Callable, NamedTuple
+
+import torch
+
+from svmuon._validation import as_tensor, check_finite, check_float, check_matrix
+
+__all__ = ["Manifold", "Direction"]
+
+
+class Direction(NamedTuple):
+    """What a manifold's direction kernel returns for a batch of ``k`` parameters (see the module doc).
+
+    Its fields: ``step``, the manifold's representation of the unit steepest direction, read by its
+    ``_retract_along`` (the orthogonal group: ``O = msign([WᵀU]_skew)``, with ``Φ = W O``);
+    ``tangent_norm``, ``‖P_W(U)‖_F`` per matrix, shape ``(k,)``, for the ``eps`` damping; ``state``, the new
+    per-parameter solver state, name -> tensor with first dimension ``k`` (may be empty); ``info``,
+    diagnostics, name -> tensor of shape ``(k,)`` (may be empty).
+    """
+
+    step: torch.Tensor
+    tangent_norm: torch.Tensor
+    state: dict[str, torch.Tensor]
+    info: dict[str, torch.Tensor]
+
+
+def as_matrix(x: Any, name: str, *, square: bool = False) -> tuple[torch.Tensor, bool]:
+    """``(tensor, was_numpy)`` for a real floating, non-empty, finite ``(..., m, n)`` tensor/array ``x``."""
+    T, was_numpy = as_tensor(x, name)
+    check_float(T, name)
+    check_matrix(T, name, square=square)
+    check_finite(T, name)
+    return T, was_numpy
+
+
+def check_pair(A: torch.Tensor, a: str, B: torch.Tensor, b: str, *, into: bool = False) -> None:
+    """Raise ``ValueError`` unless ``A`` and ``B`` have the same matrix shape and broadcastable batches
+    (with ``into``: ``B``'s batch must broadcast to ``A``'s, since the result has ``A``'s shape)."""
+    if A.shape[-2:] != B.shape[-2:]:
+        raise ValueError(f"{a} and {b} must have the same matrix shape, got {a} of shape {tuple(A.shape)} and "
+                         f"{b} of shape {tuple(B.shape)}")
+    try:
+        batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"the batch dimensions of {a} {tuple(A.shape)} and {b} {tuple(B.shape)} are not "
+                         f"broadcastable") from None
+    if into and tuple(batch) != tuple(A.shape[:-2]):
+        raise ValueError(f"the batch dimensions of {b} {tuple(B.shape)} must broadcast to those of {a} "
+                         f"{tuple(A.shape)} (the result has the shape of {a})")
+
+
+def check_eta(eta: Any) -> float:
+    """``eta`` as a finite float >= 0; ``TypeError``/``ValueError`` naming ``eta`` otherwise."""
+    if isinstance(eta, bool) or not isinstance(eta, numbers.Real):
+        raise TypeError(f"eta must be a real number >= 0, got {type(eta).__name__}")
+    try:
+        value = float(eta)
+    except OverflowError:
+        raise ValueError("eta must be a finite real number >= 0, got an integer beyond the float64 range") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"eta must be a finite real number >= 0, got {eta!r}")
+    return value
+
+
+def check_atol(atol: Any, dtype: torch.dtype) -> float:
+    """The tolerance of a point check: ``atol`` as a float >= 0, or ``√eps`` of ``dtype`` for ``None``."""
+    if atol is None:
+        return math.sqrt(torch.finfo(dtype).eps)
+    if isinstance(atol, bool) or not isinstance(atol, numbers.Real):
+        raise TypeError(f"atol must be None or a real number >= 0, got {type(atol).__name__}")
+    value = float(atol)
+    if math.isnan(value) or value < 0:
+        raise ValueError(f"atol must be None or a real number >= 0, got {atol!r}")
+    return value
+
+
+def eye_like(T: torch.Tensor) -> torch.Tensor:
+    """The ``n × n`` identity in ``T``'s dtype and device (``n = T.shape[-1]``)."""
+    return torch.eye(T.shape[-1], dtype=T.dtype, device=T.device)
+
+
+def _flat(fn: Callable[..., torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:
+    """Apply a 3-D batched kernel to ``(..., m, n)`` tensors of one batch shape, reshaping around it."""
+    batch = tensors[0].shape[:-2]
+    out = fn(*(t.reshape(-1, *t.shape[-2:]) for t in tensors))
+    return out.reshape(*batch, *out.shape[-2:])
+
+
+class Manifold:
+    """Base class of the manifolds ``{W ∈ R^{m×n} : WᵀW = I_n}`` (see the module docstring).
+
+    Subclasses implement the kernels listed in the module's developer note; this class provides the
+    checked public methods that have one form for every such manifold (the point check, the defect, the
+    polar retraction, the closed-form step along a partial isometry, the steepest direction through
+    the direction kernel) and the default kernels (no solver state, the Björck stabilisation, zero slack).
+    """
+
+    #: extra per-parameter state a direction solver carries between steps (names of ``_init_state``)
+    state_keys: tuple[str, ...] = ()
+
+    def __init__(self, *, msign_method: str = "svd", ns_steps: int | None = None,
+                 ns_coefficients: Any = None, compute_dtype: torch.dtype | None = None) -> None:
+        from svmuon.orthogonal.msign import Orthogonalizer
+
+        if msign_method not in ("svd", "newton_schulz"):
+            raise ValueError(f"msign_method must be 'svd' or 'newton_schulz', got {msign_method!r}")
+        self.orthogonalize = Orthogonalizer(msign_method, ns_steps=ns_steps, ns_coefficients=ns_coefficients,
+                                            compute_dtype=compute_dtype)
+
+    def __repr__(self) -> str:
+        o = self.orthogonalize
+        if o.method == "svd":
+            return f"{type(self).__name__}(msign_method='svd')"
+        return (f"{type(self).__name__}(msign_method='newton_schulz', ns_steps={o.ns_steps}, "
+                f"ns_coefficients={o.ns_coefficients!r}, compute_dtype={o.compute_dtype})")
+
+    # -- points ---------------------------------------------------------------------------------------------
+    def shape_error(self, shape: tuple[int, ...]) -> str | None:
+        """Why a matrix of this shape cannot be a point here (a sentence), or ``None`` if it can."""
+        if len(shape) < 2 or 0 in shape:
+            return f"a point must be a non-empty matrix (..., m, n), got shape {tuple(shape)}"
+        return self._shape_error(tuple(shape))
+
+    def defect(self, W: Any) -> torch.Tensor:
+        """``‖WᵀW - I‖_max`` per matrix (of the canonical form), shape ``(...)``, accumulated in float64.
+
+        Raises:
+            TypeError: non-float ``W``. ValueError: empty, non-finite ``W``, or a shape that is not a point.
+        """
+        Wt, _ = as_matrix(W, "W")
+        self._require_shape(Wt, "W")
+        W64 = self._to_canonical(Wt.double())
+        return (W64.mT @ W64 - eye_like(W64)).abs().amax(dim=(-2, -1))
+
+    def check_point(self, W: Any, atol: float | None = 1e-5) -> bool:
+        """True iff every matrix of ``W`` is finite, of a valid shape, with ``‖WᵀW - I‖_max <= atol``.
+
+        Args:
+            W: tensor or array ``(..., m, n)``. atol: tolerance >= 0 (``None``: ``√eps`` of W's dtype).
+
+        Raises:
+            TypeError: ``atol`` is not a real number, or ``W`` is not a tensor/array.
+            ValueError: ``atol`` is negative or NaN.
+        """
+        Wt, _ = as_tensor(W, "W")
+        if not Wt.is_floating_point():
+            return False
+        tol = check_atol(atol, Wt.dtype)
+        if Wt.ndim < 2 or self.shape_error(tuple(Wt.shape)) is not None or not bool(torch.isfinite(Wt).all()):
+            return False
+        return bool((self.defect(Wt) <= tol).all())
+
+    def _require_shape(self, T: torch.Tensor, name: str) -> None:
+        err = self.shape_error(tuple(T.shape))
+        if err is not None:
+            raise ValueError(f"{name}: {err}")
+
+    def project(self, W: Any) -> Any:
+        """Nearest point in Frobenius norm (each manifold implements it; for ``WᵀW = I`` it is the polar
+        factor of ``W``)."""
+        raise NotImplementedError(f"{type(self).__name__}.project")
+
+    # -- tangent vectors and directions ---------------------------------------------------------------------
+    def project_tangent(self, W: Any, Z: Any) -> Any:
+        """Orthogonal (Frobenius) projection of an ambient matrix ``Z`` onto the tangent space at ``W``.
+
+        Args:
+            W: point ``(..., m, n)``. Z: ambient matrix of the same matrix shape, batch broadcastable.
+
+        Returns:
+            ``P_W(Z)``, the type of ``Z``, in the broadcast shape, dtype of ``Z``.
+
+        Raises:
+            TypeError: non-float inputs. ValueError: bad shapes, non-finite entries.
+        """
+        Wt, _ = as_matrix(W, "W")
+        Zt, was_numpy = as_matrix(Z, "Z")
+        self._require_shape(Wt, "W")
+        check_pair(Wt, "W", Zt, "Z")
+        out = self._from_canonical(self._project_tangent(self._to_canonical(Wt.to(Zt.dtype)), self._to_canonical(Zt)))
+        return out.numpy() if was_numpy else out
+
+    def steepest_direction(self, W: Any, G: Any) -> Any:
+        """Unit steepest-ascent direction ``Φ``: maximiser of ``tr(GᵀΦ)`` over tangent ``Φ`` with ``‖Φ‖₂ <= 1``.
+
+        Descent moves along ``-Φ`` (:meth:`retract_along`). Computed with this manifold's msign route
+        (constructor options).
+
+        Args:
+            W: point ``(..., m, n)``. G: Euclidean gradient, same matrix shape, batch broadcastable.
+
+        Returns:
+            ``Φ``, the type of ``G``, the broadcast shape, dtype of ``G``.
+
+        Raises:
+            TypeError: non-float inputs. ValueError: bad shapes, non-finite entries.
+        """
+        Wt, _ = as_matrix(W, "W")
+        Gt, was_numpy = as_matrix(G, "G")
+        self._require_shape(Wt, "W")
+        check_pair(Wt, "W", Gt, "G")
+        shape = torch.broadcast_shapes(Wt.shape, Gt.shape)
+        Wc = self._to_canonical(Wt.to(Gt.dtype).expand(shape).reshape(-1, *shape[-2:]))
+        Gc = self._to_canonical(Gt.expand(shape).reshape(-1, *shape[-2:]))
+        d = self._direction(Wc, Gc, self.orthogonalize, self._init_state(Wc))
+        Phi = self._from_canonical(self._tangent_from_step(Wc, d.step)).reshape(shape)
+        return Phi.numpy() if was_numpy else Phi
+
+    # -- retractions ---------------------------------------------------------------------------------------
+    def retract(self, W: Any, Xi: Any) -> Any:
+        """Polar retraction ``R_W(Ξ) = msign(W + Ξ) = (W + Ξ)(I + ΞᵀΞ)^{-1/2}`` of a tangent vector ``Ξ``.
+
+        The nearest point to ``W + Ξ`` (for tangent ``Ξ``, ``(W+Ξ)ᵀ(W+Ξ) = I + ΞᵀΞ`` is invertible, so the
+        polar factor is unique), computed by SVD. Exact for any tangent ``Ξ``; for a non-tangent ``Ξ`` it
+        is still the nearest point to ``W + Ξ``.
+
+        Args:
+            W: point ``(..., m, n)``. Xi: tangent vector, same matrix shape, batch broadcastable to ``W``'s.
+
+        Returns:
+            The new point, the type, shape and dtype of ``W``.
+
+        Raises:
+            TypeError: non-float inputs. ValueError: bad shapes, non-finite entries.
+
+        References:
+            absil2008optimization (polar retraction), higham2008functions.
+        """
+        from svmuon.orthogonal.msign import msign
+
+        Wt, was_numpy = as_matrix(W, "W")
+        Xt, _ = as_matrix(Xi, "Xi")
+        self._require_shape(Wt, "W")
+        check_pair(Wt, "W", Xt, "Xi", into=True)
+        out = msign(Wt + Xt.to(Wt.dtype), method="svd", rcond=0.0)
+        return out.numpy() if was_numpy else out
+
+    def retract_along(self, W: Any, Phi: Any, eta: float) -> Any:
+        """Polar retraction along a partial isometry: ``R_W(-ηΦ) = (W - ηΦ)(I - P + P/√(1+η²))``, ``P = ΦᵀΦ``.
+
+        For a tangent ``Φ`` whose ``ΦᵀΦ = P`` is an orthogonal projector (a partial isometry, as the output
+        of an exact msign; rank-deficient allowed), ``(W-ηΦ)ᵀ(W-ηΦ) = I + η²P`` and
+        ``(I + η²P)^{-1/2} = I - P + P/√(1+η²)``, so this closed form equals :meth:`retract` of ``-ηΦ``
+        (eq-orth-retraction). It is the step an optimizer takes, ``eta`` its spectral length.
+
+        Args:
+            W: point ``(..., m, n)``. Phi: tangent partial isometry, same matrix shape, batch broadcastable
+                to ``W``'s. eta: step length >= 0.
+
+        Returns:
+            The new point, the type, shape and dtype of ``W``.
+
+        Raises:
+            TypeError: non-float matrices, ``eta`` not a real number.
+            ValueError: bad shapes, non-finite entries, ``eta`` negative, NaN or infinite, or a non-finite
+                result (a ``Φ`` so large that ``ΦᵀΦ`` overflows).
+
+        References:
+            su2025orthogonal (the closed form), absil2008optimization.
+        """
+        Wt, was_numpy = as_matrix(W, "W")
+        Pt, _ = as_matrix(Phi, "Phi")
+        eta_f = check_eta(eta)
+        self._require_shape(Wt, "W")
+        check_pair(Wt, "W", Pt, "Phi", into=True)
+        Pt = Pt.to(Wt.dtype).expand_as(Wt).reshape(-1, *Wt.shape[-2:])
+        Wc = self._to_canonical(Wt.reshape(-1, *Wt.shape[-2:]))
+        step = self._step_from_tangent(Wc, self._to_canonical(Pt))
+        out = self._from_canonical(self._retract_along(Wc, step, _eta_tensor(eta_f, Wc))).reshape(Wt.shape)
+        if not bool(torch.isfinite(out).all()):
+            raise ValueError(f"retract_along produced a non-finite result for eta={eta!r} in {Wt.dtype}; "
+                             "W must be a point and Phi a tangent partial isometry of modest size")
+        return out.numpy() if was_numpy else out
+
+    # -- default kernels -------------------------------------------------------------------------------------
+    def _shape_error(self, shape: tuple[int, ...]) -> str | None:
+        m, n = shape[-2:]
+        return None if m >= n else f"a point must be tall or square (..., m, n) with m >= n, got {m} x {n}"
+
+    def _to_canonical(self, X: torch.Tensor) -> torch.Tensor:
+        return X
+
+    def _from_canonical(self, X: torch.Tensor) -> torch.Tensor:
+        return X
+
+    def _init_state(self, W: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {}
+
+    def _stabilize(self, W: torch.Tensor, correct: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(W + W(I - WᵀW)/2 if correct else W, max|WᵀW - I|)`` for ``(k, m, n)``: one Gram matrix, one
+        more product for the Björck step (bjorck1971iterative; an error ε becomes ≈ 3ε²/4)."""
+        R = torch.baddbmm(eye_like(W).expand(W.shape[0], -1, -1), W.mT, W, alpha=-1.0)  # I - WᵀW
+        defect = R.abs().amax(dim=(-2, -1))
+        if correct:
+            W = torch.baddbmm(W, W, R, alpha=0.5)
+        return W, defect
+
+    def _step_slack(self, eta: torch.Tensor, orthogonalize: Any) -> torch.Tensor | float:
+        return 0.0
+
+    def _project_tangent(self, W: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _direction(self, W, U, orthogonalize, state) -> Direction:  # noqa: ANN001
+        raise NotImplementedError
+
+    def _tangent_from_step(self, W: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+        return step
+
+    def _step_from_tangent(self, W: torch.Tensor, Phi: torch.Tensor) -> torch.Tensor:
+        return Phi
+
+    def _retract_along(self, W: torch.Tensor, step: torch.Tensor, eta: torch.Tensor) -> torch.Tensor:
+        """Generic closed form ``(W - ηΦ)(I - P + P/√(1+η²))`` with ``step = Φ`` (two products)."""
+        _, c = _retraction_scalars(eta)
+        V = W - eta * step
+        return torch.baddbmm(V, V, (step.mT @ step) * c)  # (W - ηΦ)(I + (s-1)P)
+
+
+def _eta_tensor(eta: float, W: torch.Tensor) -> torch.Tensor:
+    return torch.full((W.shape[0], 1, 1), eta, dtype=W.dtype, device=W.device)
+
+
+def _retraction_scalars(eta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(s, s - 1)`` with ``s = 1/√(1+η²)``, without overflow for huge η or cancellation for small η.
+
+    Computed in float64 and rounded once to ``eta``'s dtype, so that ``s² (1 + η²) = 1`` holds to one
+    rounding and the retraction adds no drift of its own in float32 (``eta`` holds only ``k`` numbers).
+    """
+    e = eta.double()
+    r = torch.hypot(torch.ones_like(e), e)
+    return (1.0 / r).to(eta.dtype), (-(e / r) * (e / (1.0 + r))).to(eta.dtype)

@@ -1,0 +1,194 @@
+"""Tests of the exact mean Rényi entropy, svmuon.expected_entropy(n, q) (module svmuon.spectral.renyi_mean).
+
+Independent routes for the expected values, none of which uses the library's Frullani quadrature:
+
+* n = 2: E[H_q] = ∫_0^1 log(t^q + (1-t)^q) dt / (1 - q) by mpmath (p_1 is uniform on [0, 1]); closed forms
+  2 - π/2 (q = 2), π/2 - 1 (q = 1/2), 1 - log 2 (q = ∞).
+* n = 3: a two-dimensional mpmath quadrature over the triangle (density 2).
+* large n, q = 2 and q = 1/2: Frullani's identity evaluated in mpmath with the closed-form Laplace transforms
+  E[e^{-t x²}] = √π z erfcx(z), z = 1/(2√t), and E[e^{-t √x}] = 1 - E[e^{-x²/t²}] (a different inner
+  computation, a different outer quadrature, 25 digits).
+* large n, q = ∞: E[H_∞] = ψ(n) - E[log max_i x_i] with E[log max] integrated against the density
+  n (1 - e^{-m})^{n-1} e^{-m} of the largest of n Exp(1) draws.
+* Monte Carlo (entropy_statistics) within four standard errors.
+
+The issue's target is 1e-10 relative for n up to 10⁶; the library's steps give ~1e-14 (measured), so 1e-10 is
+the tolerance throughout: a regression that costs four digits fails.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import mpmath as mp
+import numpy as np
+import pytest
+import torch
+
+from svmuon.spectral import entropy_statistics, expected_entropy, mean_field_entropy
+from svmuon.spectral.theory import entropy_asymptotics
+
+REL = 1e-10  # the accuracy the issue asks for (achieved: ~1e-14)
+
+
+def _mp_n2(q) -> float:
+    with mp.workdps(25):
+        if q == math.inf:
+            return float(2 * mp.quad(lambda t: -mp.log(t), [0.5, 1]))
+        q = mp.mpf(q)
+        if q == 1:
+            return float(mp.quad(lambda t: -t * mp.log(t) - (1 - t) * mp.log(1 - t), [0, 0.5, 1]))
+        return float(mp.quad(lambda t: mp.log(t**q + (1 - t) ** q), [0, 0.5, 1]) / (1 - q))
+
+
+def _mp_n3(q) -> float:
+    with mp.workdps(15):
+        q = mp.mpf(q)
+        f = lambda a, b: mp.log(a**q + b**q + (1 - a - b) ** q) / (1 - q)
+        inner = lambda a: mp.quad(lambda b: f(a, b), [0, (1 - a) / 2, 1 - a])
+        return float(mp.re(2 * mp.quad(inner, [0, mp.mpf(1) / 3, 1])))
+
+
+def _phi2(t):
+    """E[exp(-t x²)], x ~ Exp(1): √π z e^{z²} erfc(z) with z = 1/(2√t); its Taylor series for tiny t."""
+    if t < mp.mpf("1e-8"):
+        return mp.fsum(mp.factorial(2 * k) / mp.factorial(k) * (-t) ** k for k in range(6))
+    z = 1 / (2 * mp.sqrt(t))
+    return mp.sqrt(mp.pi) * z * mp.exp(z * z) * mp.erfc(z)
+
+
+def _mp_frullani_closed_form(n: int, q: float) -> float:
+    """(q ψ(n) - E log Σ x^q)/(q - 1), E log T = ∫ (e^{-t} - φ(t)^n) dt/t in u = log t, closed-form φ."""
+    phi = _phi2 if q == 2 else (lambda t: 1 - _phi2(1 / (t * t)))  # E e^{-t√x} = P(E' > t√x) = 1 - E e^{-E'²/t²}
+    with mp.workdps(25):
+        c = -mp.log(n)
+        pts = sorted({-90, c - 10, c - 4, c - 2, c, c + 2, c + 4, 0, 2, 5, 10, 20, 40, 60, 80})
+        e_log_t = mp.quad(lambda u: mp.exp(-mp.exp(u)) - phi(mp.exp(u)) ** n, pts)
+        return float((q * mp.digamma(n) - e_log_t) / (q - 1))
+
+
+def _mp_min_entropy(n: int) -> float:
+    with mp.workdps(25):
+        dens = lambda m: n * (-mp.expm1(-m)) ** (n - 1) * mp.exp(-m)
+        e_log_max = mp.quad(lambda m: mp.log(m) * dens(m), [0, 1, mp.log(n), mp.log(n) + 10, mp.inf])
+        return float(mp.digamma(n) - e_log_max)
+
+
+@pytest.mark.parametrize("q", [1e-6, 0.01, 0.3, 0.5, 0.9, 1 - 1e-9, 1 + 1e-9, 1.2, 1.5, 1.5000001, 1.6, 2.0, 3.0,
+                               7.0, 50.0, 1e4, math.inf])
+def test_n2_against_mpmath(q):
+    assert expected_entropy(2, q) == pytest.approx(_mp_n2(q), rel=REL)
+
+
+def test_n2_closed_forms():
+    assert expected_entropy(2, 2.0) == pytest.approx(2 - math.pi / 2, rel=1e-13)
+    assert expected_entropy(2, 0.5) == pytest.approx(math.pi / 2 - 1, rel=1e-13)
+    assert expected_entropy(2, math.inf) == pytest.approx(1 - math.log(2), rel=1e-13)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("q", [0.4, 2.0, 5.0])
+def test_n3_against_a_two_dimensional_quadrature(q):
+    assert expected_entropy(3, q) == pytest.approx(_mp_n3(q), rel=REL)
+
+
+@pytest.mark.parametrize("n", [10, 1000, 10**6])
+@pytest.mark.parametrize("q", [0.5, 2.0])
+def test_large_n_against_closed_form_laplace_transforms(n, q):
+    assert expected_entropy(n, q) == pytest.approx(_mp_frullani_closed_form(n, q), rel=REL)
+
+
+@pytest.mark.parametrize("n", [10, 1000, 10**6])
+def test_min_entropy_against_the_largest_exponential(n):
+    assert expected_entropy(n, math.inf) == pytest.approx(_mp_min_entropy(n), rel=REL)
+
+
+def test_special_orders_and_n_equal_one():
+    n = np.array([1, 2, 17, 4096])
+    np.testing.assert_array_equal(expected_entropy(n, 0.0), np.log(n))
+    harmonic = np.array([sum(1 / k for k in range(1, m + 1)) for m in n]) - 1  # E[H] = H_n - 1
+    np.testing.assert_allclose(expected_entropy(n, 1.0), harmonic, rtol=1e-14)
+    assert expected_entropy(1, 2.5) == 0.0 and expected_entropy(1, math.inf) == 0.0
+
+
+def test_continuous_in_q_through_one_and_zero():
+    # |E H_q - E H_1| <= |q - 1| · max |dE H/dq|; the slope is below log n here, so a jump would show at once
+    for n in (2, 50, 10**5):
+        h1 = expected_entropy(n)
+        for d in (1e-13, -1e-10, 1e-7, -1e-4):
+            assert abs(expected_entropy(n, 1 + d) - h1) <= abs(d) * math.log(n) + 1e-14
+        assert abs(expected_entropy(n, 1e-9) - math.log(n)) < 1e-8 * math.log(n)
+    # either side of the switch between the two integral forms at q = 3/2
+    assert expected_entropy(1000, 1.5) == pytest.approx(expected_entropy(1000, 1.5000000001), abs=1e-9)
+
+
+def test_non_increasing_in_q_and_bounded():
+    qs = np.array([0.0, 0.2, 0.5, 0.8, 1.0, 1.3, 1.5, 2.0, 4.0, 10.0, 100.0, 1e6, math.inf])
+    for n in (2, 5, 300, 10**6):
+        h = expected_entropy(n, qs)
+        assert np.all(np.diff(h) < 0) and h[0] == pytest.approx(math.log(n)) and h[-1] > 0
+        # Jensen with E[max p] = H_n / n: E[H_inf] >= log n - log H_n
+        assert h[-1] >= math.log(n) - math.log(sum(1 / k for k in range(1, n + 1))) if n < 1000 else True
+
+
+def test_vectorised_and_broadcast():
+    n = np.array([[2], [40], [10**6]])
+    q = np.array([0.5, 1.0, 2.0, math.inf])
+    out = expected_entropy(n, q)
+    assert out.shape == (3, 4) and out.dtype == np.float64
+    for i in range(3):
+        for j in range(4):
+            # the quadrature grid adapts to the range of n in the call: equal to ~1e-15, not bit for bit
+            assert out[i, j] == pytest.approx(expected_entropy(int(n[i, 0]), float(q[j])), rel=1e-13)
+    assert isinstance(expected_entropy(5, 2), float)
+    many = expected_entropy(np.arange(1, 3001), 2.5)  # one quadrature for every n
+    assert many.shape == (3000,) and np.all(np.diff(many) > 0)
+
+
+def test_no_warnings_and_bad_input():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        expected_entropy(np.array([[2], [10**6]]), [1e-300, 1e-6, 0.5, 1.4, 1.6, 1e300, math.inf])
+    with pytest.raises(ValueError, match="q"):
+        expected_entropy(10, -1.0)
+    with pytest.raises(ValueError, match="n"):
+        expected_entropy(0, 2.0)
+    with pytest.raises(TypeError, match="q"):
+        expected_entropy(10, "2")
+
+
+# Monte Carlo: 4 standard errors; the float32 kernel's per-sample error (< 1e-6 nats) is far below them.
+@pytest.mark.parametrize("n,q", [(7, 0.5), (7, 3.0), (60, 2.0), (60, math.inf)])
+def test_against_monte_carlo(n, q):
+    st = entropy_statistics(n, q, samples=40_000, generator=torch.Generator().manual_seed(n))
+    assert abs(st.mean - expected_entropy(n, q)) < 4 * st.mean_stderr
+
+
+# The 1/n constants c(q) (derived by the second-order delta method, svmuon.entropy_asymptotics) against the exact
+# mean: a(n) = n (E H_q - mean field) = c + d/n + e/n² + O(n^-3). The three-point Richardson value
+# (8 a(4n) - 6 a(2n) + a(n)) / 3 at n = 1e5 removes d and e (e reaches ~1e4 at q = 3) and leaves O(n^-3); the
+# exact mean's rounding (~1e-14 nats) contributes n · 1e-14 ~ 1e-8, so 1e-6 is a safe tolerance.
+@pytest.mark.parametrize("q", [0.25, 0.5, 1.0, 1.7, 2.0, 3.0])
+def test_mean_correction_constant_matches_the_exact_mean(q):
+    n = 10**5
+    a = lambda m: m * (expected_entropy(m, q) - mean_field_entropy(m, q))
+    assert (8 * a(4 * n) - 6 * a(2 * n) + a(n)) / 3 == pytest.approx(entropy_asymptotics(q).mean_correction, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_discretisation_converged_over_a_grid_of_orders(monkeypatch):
+    # Not an independent route, a convergence check of the quadrature everywhere in (n, q): halving every step and
+    # widening the cut-offs changes the mean by < 1e-12 relative (the trapezoid rule converges geometrically).
+    import svmuon.spectral.renyi_mean as R
+
+    n = np.array([2, 37, 10**4, 10**6], dtype=float)
+    qs = [0.05, 0.3, 0.8, 0.999, 1.001, 1.4, 1.6, 2.5, 6.0, 40.0, 1e3, 1e5]
+    base = {q: R.mean_renyi_entropy(n, q) for q in qs}
+    monkeypatch.setattr(R, "_H_V", R._H_V / 2)
+    monkeypatch.setattr(R, "_H_U", R._H_U / 2)
+    monkeypatch.setattr(R, "_H_W", R._H_W / 2)
+    monkeypatch.setattr(R, "_H_W_LOG", R._H_W_LOG / 2)
+    monkeypatch.setattr(R, "_TAIL", R._TAIL + 10)
+    for q in qs:
+        np.testing.assert_allclose(base[q], R.mean_renyi_entropy(n, q), rtol=1e-12, err_msg=f"q={q}")
