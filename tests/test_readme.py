@@ -71,3 +71,32 @@ def test_library_snippet_runs_and_uses_its_imports():
     for name in imported:
         assert re.search(rf"\b{name}\(", body), f"the README snippet imports {name} but never calls it"
     exec(compile(snippet, "README.md", "exec"), {})  # noqa: S102 - the README's own example
+
+
+def test_every_cli_option_has_help():
+    # `python -m svmuon.bench NAME --help` and `... experiments NAME --help` explain every option
+    import contextlib
+    import io
+
+    import svmuon.bench
+    import svmuon.experiments
+    from svmuon._cli import available, dispatch
+
+    for package, kind in ((svmuon.bench, "benchmark"), (svmuon.experiments, "experiment")):
+        for name in available(package):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+                dispatch(package, kind, [name, "--help"])
+            options = out.getvalue().split("options:", 1)[1]
+            # an option without help is a line holding only the flag (and its metavar)
+            bare = [line for line in options.splitlines() if re.fullmatch(r"\s+-[-\w]+(\s+[A-Z_\[\]. ]+)?(, -[-\w]+.*)?", line)
+                    and not re.search(r"\s{2,}\S", line.strip())]
+            undocumented = [line.strip() for line in bare if not _has_help_below(options, line)]
+            assert not undocumented, f"{kind} {name}: options without help: {undocumented}"
+
+
+def _has_help_below(options: str, line: str) -> bool:
+    """argparse puts a long option's help on the next, more indented line."""
+    lines = options.splitlines()
+    i = lines.index(line)
+    return i + 1 < len(lines) and len(lines[i + 1]) - len(lines[i + 1].lstrip()) > len(line) - len(line.lstrip()) + 2
