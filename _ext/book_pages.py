@@ -122,15 +122,19 @@ def link_sources(lines: list[str], bib_keys: set[str]) -> list[str]:
     return out
 
 
+def _read_bib_keys(app: Sphinx) -> None:
+    # on the app, read at every build: the pickled environment would keep the keys of an older references.bib
+    app._book_bib_keys = _bib_keys(app)
+
+
 def _process_docstring(app: Sphinx, what, name, obj, options, lines: list[str]) -> None:
-    if not hasattr(app.env, "_book_bib_keys"):
-        app.env._book_bib_keys = _bib_keys(app)
-    lines[:] = link_sources(lines, app.env._book_bib_keys)
+    lines[:] = link_sources(lines, app._book_bib_keys)
 
 
 def setup(app: Sphinx) -> dict:
     encrypt_kernels()
     app.connect("html-page-context", _add_ipynb_download, priority=500)  # before the theme's buttons (501)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
+    app.connect("builder-inited", _read_bib_keys)
     app.connect("autodoc-process-docstring", _process_docstring)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1.0"}
