@@ -14,6 +14,7 @@ import jupytext
 import nbclient
 import pytest
 import yaml
+from traitlets.config import Config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,6 +43,9 @@ def _is_notebook(path: Path | None) -> bool:
 
 
 CHAPTERS = [s for s in _toc_files() if _is_notebook(_chapter(s))]
+# Kernels with CurveZMQ keys, as in the book build (_ext/book_pages.py): no "running over TCP without
+# encryption" warning from ipykernel.
+KERNEL_CONFIG = Config({"KernelManager": {"transport_encryption": "auto"}})
 
 
 def test_every_toc_entry_exists():
@@ -55,7 +59,8 @@ def test_chapter_executes(stem):
     path = _chapter(stem)
     nb = jupytext.read(path)
     t0 = time.perf_counter()
-    nbclient.NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    nbclient.NotebookClient(nb, timeout=180, kernel_name="python3", config=KERNEL_CONFIG,
+                            resources={"metadata": {"path": str(path.parent)}}).execute()
     elapsed = time.perf_counter() - t0
     print(f"{stem}: executed in {elapsed:.1f} s")
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]

@@ -41,3 +41,62 @@ def test_requirements_pins():
     assert "-e ." in req
     unpinned = [r for r in req if r and not r.startswith(("#", "-e")) and "==" not in r]
     assert unpinned == []
+
+
+def test_fast_run_in_readme_and_slow_and_browser_runs_in_ci():
+    assert '-m "not slow"' in _ci_extract("test")
+    script = (ROOT / ".ci" / "run").read_text()
+    build_at = script.index('bash -c "$build_cmd"')
+    slow_at = script.index("pytest -m slow")
+    assert build_at < slow_at  # the browser test needs the built book
+    assert "BOOK_BROWSER_REQUIRED=1" in script and "BOOK_HTML=_build/html" in script
+    assert "command -v chromium" in script and "apt-get install" in script
+
+
+def _code_blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", README, re.S)
+
+
+def test_no_bare_python_in_commands():
+    # a bare `python` fails outside the virtual environment: commands use .venv/bin/python (or python3 -m venv)
+    for block in _code_blocks("bash"):
+        for line in block.splitlines():
+            assert not re.search(r"(^|[\s;&|(])python\s", line), line
+
+
+def test_library_snippet_runs_and_uses_its_imports():
+    (snippet,) = _code_blocks("python")
+    imported = re.search(r"from svmuon import (.+)", snippet).group(1).replace(" ", "").split(",")
+    body = snippet.split(re.search(r"from svmuon import .+", snippet).group(0), 1)[1]
+    for name in imported:
+        assert re.search(rf"\b{name}\(", body), f"the README snippet imports {name} but never calls it"
+    exec(compile(snippet, "README.md", "exec"), {})  # noqa: S102 - the README's own example
+
+
+def test_every_cli_option_has_help():
+    # `python -m svmuon.bench NAME --help` and `... experiments NAME --help` explain every option
+    import contextlib
+    import io
+
+    import svmuon.bench
+    import svmuon.experiments
+    from svmuon._cli import available, dispatch
+
+    for package, kind in ((svmuon.bench, "benchmark"), (svmuon.experiments, "experiment")):
+        for name in available(package):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+                dispatch(package, kind, [name, "--help"])
+            options = out.getvalue().split("options:", 1)[1]
+            # an option without help is a line holding only the flag (and its metavar)
+            bare = [line for line in options.splitlines() if re.fullmatch(r"\s+-[-\w]+(\s+[A-Z_\[\]. ]+)?(, -[-\w]+.*)?", line)
+                    and not re.search(r"\s{2,}\S", line.strip())]
+            undocumented = [line.strip() for line in bare if not _has_help_below(options, line)]
+            assert not undocumented, f"{kind} {name}: options without help: {undocumented}"
+
+
+def _has_help_below(options: str, line: str) -> bool:
+    """argparse puts a long option's help on the next, more indented line."""
+    lines = options.splitlines()
+    i = lines.index(line)
+    return i + 1 < len(lines) and len(lines[i + 1]) - len(lines[i + 1].lstrip()) > len(line) - len(line.lstrip()) + 2

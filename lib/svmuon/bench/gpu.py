@@ -283,10 +283,12 @@ def _print_table(res: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m svmuon.bench gpu", description=describe(__doc__))
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU in float32 (seconds)")
-    parser.add_argument("--compile", dest="compile_", action="store_true", default=None)
-    parser.add_argument("--no-compile", dest="compile_", action="store_false")
-    parser.add_argument("--drift-steps", type=int, default=None)
-    parser.add_argument("--output", default=None)
+    parser.add_argument("--compile", dest="compile_", action="store_true", default=None,
+                        help="also time torch.compile'd steps (default: on CUDA only)")
+    parser.add_argument("--no-compile", dest="compile_", action="store_false", help="never use torch.compile")
+    parser.add_argument("--drift-steps", type=int, default=None,
+                        help="steps of the orthogonality-drift run (default: the benchmark's own)")
+    parser.add_argument("--output", default=None, help="results file (default: benchmarks/results/)")
     args = parser.parse_args(argv)
     if args.drift_steps is not None and args.drift_steps < 1:
         parser.error("--drift-steps must be >= 1")

@@ -128,12 +128,16 @@ def _print_table(rows: list[dict[str, Any]], muon: list[dict[str, Any]]) -> None
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m svmuon.bench msign", description=describe(__doc__))
-    ap.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024, 2048])
-    ap.add_argument("--muon-sizes", type=int, nargs="*", default=[256, 512])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
-    ap.add_argument("--output", default=None)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024, 2048], metavar="N",
+                    help="square matrix sizes n (default: %(default)s)")
+    ap.add_argument("--muon-sizes", type=int, nargs="*", default=[256, 512], metavar="N",
+                    help="sizes of the Muon-step comparison with torch.optim.Muon (default: %(default)s)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement (default: 3)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                    help="cpu or cuda (default: cuda when available)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
+                    help="compute dtype (default: float32 on CPU, bfloat16 on CUDA)")
+    ap.add_argument("--output", default=None, help="results file (default: benchmarks/results/)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch CPU threads (default: torch's); 1 gives stable timings on a loaded shared machine")
     args = ap.parse_args(argv)

@@ -140,11 +140,11 @@ def import_time() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m svmuon.bench muon-step", description=describe(__doc__))
-    ap.add_argument("--n", type=int, default=512)
-    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--n", type=int, default=512, help="size of the square parameter (default: 512)")
+    ap.add_argument("--rounds", type=int, default=15, help="timed rounds (default: 15)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--skip-import", action="store_true", help="do not measure the import time")
-    ap.add_argument("--output", default=None)
+    ap.add_argument("--output", default=None, help="results file (default: benchmarks/results/)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -99,14 +99,15 @@ def measure(n: int, count: int, schedule: str, device: str, repeats: int, rounds
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m svmuon.bench orthogonal", description=describe(__doc__))
-    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 512])
-    parser.add_argument("--count", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 512], metavar="N",
+                        help="square parameter sizes n (default: %(default)s)")
+    parser.add_argument("--count", type=int, default=4, help="parameters of each size per step (default: 4)")
+    parser.add_argument("--repeats", type=int, default=7, help="timed repeats at n = 256 (default: 7)")
     parser.add_argument("--rounds", type=int, default=None,
                         help="timed rounds per size (default: repeats * max(1, (256/n)^2))")
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device (default: cpu)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads on CPU (default: torch's)")
-    parser.add_argument("--output", default=None)
+    parser.add_argument("--output", default=None, help="results file (default: benchmarks/results/)")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device; use --device cpu")

@@ -1,6 +1,7 @@
-"""Muon versus AdamW on scikit-learn's digits: singular-value entropy of each layer across training.
+"""Muon versus AdamW on scikit-learn's digits: learning curves and singular-value entropy of each layer.
 
-``python -m svmuon.experiments digits-training [options]`` trains the MLP 64 -> 256 -> 256 -> 10 (ReLU,
+The one digits experiment of the book: the chapter on real weight matrices reads its entropies, the chapter
+on steepest descent its learning curves. ``python -m svmuon.experiments digits-training [options]`` trains the MLP 64 -> 256 -> 256 -> 10 (ReLU,
 PyTorch's default initialisation) on the 8x8 digits of Alpaydin and Kaynak as shipped with scikit-learn,
 with the same architecture, batch size and number of steps for both optimizers:
 
@@ -13,7 +14,7 @@ with the same architecture, batch size and number of steps for both optimizers:
 Each optimizer's learning rate is picked from a small grid by validation accuracy (mean over the tuning
 seeds); the chosen rate is then rerun with several seeds and the test accuracy reported. Along the way the
 Shannon entropy (p ∝ σ and p ∝ σ²) of each weight matrix W and of its change W - W_0 since initialisation is
-recorded. Everything runs in float32 on the CPU, single-threaded by default (deterministic and, on a busy
+recorded, and after every epoch the mean training loss, the validation loss and accuracy and the test accuracy. Everything runs in float32 on the CPU, single-threaded by default (deterministic and, on a busy
 2-core machine, faster), with fixed seeds: the same command gives the same numbers.
 
 Results: ``experiments/results/digits-training.json`` (see :func:`run`). References: alpaydin1998digits,
@@ -97,13 +98,24 @@ def layer_entropies(model: torch.nn.Module, init: dict[str, torch.Tensor]) -> di
 
 
 def accuracy(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor) -> float:
+    """Fraction of the rows of ``X`` whose largest logit is at the label ``y``."""
     with torch.no_grad():
         return float((model(X).argmax(dim=1) == y).float().mean())
 
 
+def _epoch_record(model: torch.nn.Module, data: dict, train_loss: float) -> dict[str, float]:
+    """Mean training loss of the epoch's minibatches, validation loss (nats) and accuracies after the epoch."""
+    with torch.no_grad():
+        X_va, y_va = data["val"]
+        val_loss = float(torch.nn.functional.cross_entropy(model(X_va), y_va))
+    return {"train_loss": train_loss, "val_loss": val_loss, "val_acc": accuracy(model, X_va, y_va),
+            "test_acc": accuracy(model, *data["test"])}
+
+
 def train_run(data: dict, method: str, lr: float, seed: int, cfg: dict[str, Any], *, adamw_lr: float,
               record: bool = True, bar: Any = None) -> dict[str, Any]:
-    """Train one model; return accuracies, the final loss and (if ``record``) the entropy trajectory."""
+    """Train one model; return accuracies, the final loss, the per-epoch ``history`` (see ``_epoch_record``) and,
+    if ``record``, the entropy trajectory. Evaluation draws no random numbers, so it does not change training."""
     model = make_model(seed)
     init = {k: p.detach().double().clone() for k, p in model.named_parameters()}
     opts = make_optimizers(model, method, lr, adamw_lr=adamw_lr, weight_decay=cfg["weight_decay"],
@@ -113,8 +125,10 @@ def train_run(data: dict, method: str, lr: float, seed: int, cfg: dict[str, Any]
     steps_per_epoch = math.ceil(len(y) / cfg["batch_size"])
     trajectory = [{"step": 0, **layer_entropies(model, init)}] if record else []
     step, loss = 0, float("nan")
+    history: dict[str, list[float]] = {"train_loss": [], "val_loss": [], "val_acc": [], "test_acc": []}
     for _ in range(cfg["epochs"]):
         order = torch.randperm(len(y), generator=gen)
+        epoch_loss = 0.0
         for b in range(steps_per_epoch):
             idx = order[b * cfg["batch_size"]:(b + 1) * cfg["batch_size"]]
             out = torch.nn.functional.cross_entropy(model(X[idx]), y[idx])
@@ -124,15 +138,19 @@ def train_run(data: dict, method: str, lr: float, seed: int, cfg: dict[str, Any]
             for o in opts:
                 o.step()
             step, loss = step + 1, float(out.detach())
+            epoch_loss += loss * len(idx)
             if record and step % cfg["log_every"] == 0:
                 trajectory.append({"step": step, **layer_entropies(model, init)})
+        for key, value in _epoch_record(model, data, epoch_loss / len(y)).items():
+            history[key].append(value)
         if bar is not None:
             bar.update(1)
     if not math.isfinite(loss):
         raise FloatingPointError(f"{method} at lr={lr}, seed={seed} diverged (loss {loss})")
     result = {"method": method, "lr": lr, "seed": seed, "steps": step, "final_train_loss": loss,
               "train_acc": accuracy(model, *data["train"]), "val_acc": accuracy(model, *data["val"]),
-              "test_acc": accuracy(model, *data["test"]), "final_entropies": layer_entropies(model, init)}
+              "test_acc": accuracy(model, *data["test"]), "val_loss": history["val_loss"][-1], "history": history,
+              "final_entropies": layer_entropies(model, init)}
     if record:
         result["trajectory"] = trajectory
     return result
@@ -141,15 +159,19 @@ def train_run(data: dict, method: str, lr: float, seed: int, cfg: dict[str, Any]
 def _tune(data, method, lrs, cfg, adamw_lr, bar) -> tuple[float, list[dict]]:
     rows = []
     for lr in lrs:
-        accs, entropies = [], []
+        accs, losses, entropies, histories = [], [], [], []
         for s in cfg["tune_seeds"]:
             try:
                 r = train_run(data, method, lr, s, cfg, adamw_lr=adamw_lr or lr, record=False, bar=bar)
                 accs.append(r["val_acc"])
+                losses.append(r["val_loss"])
                 entropies.append(r["final_entropies"])
+                histories.append(r["history"])
             except FloatingPointError:
                 accs.append(0.0)
-        rows.append({"lr": lr, "val_acc": float(np.mean(accs)), "val_accs": accs, "final_entropies": entropies})
+                losses.append(float("inf"))
+        rows.append({"lr": lr, "val_acc": float(np.mean(accs)), "val_accs": accs, "val_loss": float(np.mean(losses)),
+                     "val_losses": losses, "final_entropies": entropies, "histories": histories})
     # accuracies are multiples of 1/360: round away float32 noise so that ties go to the smaller rate
     best = max(rows, key=lambda r: (round(r["val_acc"], 6), -r["lr"]))["lr"]
     return best, rows
@@ -168,8 +190,9 @@ def _summary(runs: list[dict]) -> dict[str, Any]:
 def run(cfg: dict[str, Any], progress: bool = True) -> dict[str, Any]:
     """Tune both optimizers, rerun the chosen rates over ``cfg["seeds"]``; return the results dictionary.
 
-    Keys: ``config``, ``tuning`` (validation accuracy per learning rate), ``chosen_lr``, ``runs`` (per seed:
-    accuracies, final loss, entropy trajectory per layer), ``summary`` (mean/std of test accuracy and of the
+    Keys: ``config``, ``tuning`` (per learning rate: validation accuracy and loss, final entropies and per-epoch
+    histories of the tuning seeds), ``chosen_lr``, ``runs`` (per seed: accuracies, final loss, per-epoch
+    history, entropy trajectory per layer), ``summary`` (mean/std of test accuracy and of the
     final entropies), ``elapsed_s``.
     """
     t0 = time.perf_counter()
@@ -199,17 +222,24 @@ def default_output() -> Path:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"python -m svmuon.experiments {NAME}", description=describe(__doc__))
-    p.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
-    p.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
-    p.add_argument("--weight-decay", type=float, default=DEFAULTS["weight_decay"])
-    p.add_argument("--adamw-lrs", type=float, nargs="+", default=DEFAULTS["adamw_lrs"])
-    p.add_argument("--muon-lrs", type=float, nargs="+", default=DEFAULTS["muon_lrs"])
-    p.add_argument("--tune-seeds", type=int, nargs="+", default=DEFAULTS["tune_seeds"])
-    p.add_argument("--seeds", type=int, nargs="+", default=DEFAULTS["seeds"])
-    p.add_argument("--log-every", type=int, default=DEFAULTS["log_every"], help="steps between entropy records")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (1: deterministic and fast here)")
-    p.add_argument("--output", type=Path, default=None, help="results file (default: experiments/results/)")
-    p.add_argument("--no-progress", action="store_true")
+    d = DEFAULTS
+    p.add_argument("--epochs", type=int, default=d["epochs"], help=f"passes over the training set (default {d['epochs']})")
+    p.add_argument("--batch-size", type=int, default=d["batch_size"], help=f"minibatch size (default {d['batch_size']})")
+    p.add_argument("--weight-decay", type=float, default=d["weight_decay"],
+                   help=f"decoupled weight decay of both optimizers (default {d['weight_decay']})")
+    p.add_argument("--adamw-lrs", type=float, nargs="+", default=d["adamw_lrs"], metavar="LR",
+                   help="AdamW learning rates to tune over (default: %(default)s)")
+    p.add_argument("--muon-lrs", type=float, nargs="+", default=d["muon_lrs"], metavar="LR",
+                   help="Muon learning rates to tune over (default: %(default)s)")
+    p.add_argument("--tune-seeds", type=int, nargs="+", default=d["tune_seeds"], metavar="SEED",
+                   help="seeds averaged when picking a learning rate (default: %(default)s)")
+    p.add_argument("--seeds", type=int, nargs="+", default=d["seeds"], metavar="SEED",
+                   help="fresh seeds rerun at the chosen rates (default: %(default)s)")
+    p.add_argument("--log-every", type=int, default=d["log_every"],
+                   help=f"steps between entropy records (default {d['log_every']})")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: deterministic, and fastest for these small matrices)")
+    p.add_argument("--output", type=Path, default=None, help="results file (default: experiments/results/digits-training.json)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 

@@ -58,8 +58,8 @@ def run_one(dtype: torch.dtype, method: str, polar_every: int, steps: int, seed:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m svmuon.experiments orthogonal-drift", description=describe(__doc__))
-    parser.add_argument("--steps", type=int, default=10_000)
-    parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--steps", type=int, default=10_000, help="steps of each run (default: 10000)")
+    parser.add_argument("--output", type=Path, default=None, help="results file (default: experiments/results/)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     rows = []

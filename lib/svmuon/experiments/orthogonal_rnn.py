@@ -149,10 +149,12 @@ def train(method: str, lr: float, seed: int, data: dict, epochs: int, batch_size
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m svmuon.experiments orthogonal-rnn", description=describe(__doc__))
-    parser.add_argument("--epochs", type=int, default=25)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--methods", nargs="+", default=list(GRIDS))
-    parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--epochs", type=int, default=25, help="training epochs (default: 25)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], metavar="SEED",
+                        help="seeds of each run (default: %(default)s)")
+    parser.add_argument("--methods", nargs="+", default=list(GRIDS), metavar="METHOD",
+                        help="optimizers to run, from %(default)s (default: all)")
+    parser.add_argument("--output", type=Path, default=None, help="results file (default: experiments/results/)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     data = load_sequences()
