@@ -255,3 +255,40 @@ def test_bad_input_gives_clear_errors():
         stiefel_direction(W, G, method="fixed_point", orthogonalize=3)
     with pytest.raises(TypeError, match="W must be"):
         stiefel_direction([[1.0]], G)
+
+
+# -- rank-deficient gradients (prop-stiefel-rank) -----------------------------------------------------------------
+@pytest.mark.parametrize("shape,r", [((12, 5), 3), ((16, 15), 10), ((30, 10), 9)])
+def test_rank_deficient_gradient_reduces_to_its_row_space(shape, r):
+    rng = np.random.default_rng(12)
+    m, n = shape
+    W = _point(rng, m, n)
+    G = rng.standard_normal((m, r)) @ rng.standard_normal((r, n))
+    _, value = _sdp(W, G)
+    sol = stiefel_direction(W, G, tol=1e-9)
+    # the same optimum as the SDP, reached through the reduced problem on St(m, r) plus the completion
+    assert np.sum(G * sol.Phi) == pytest.approx(value, rel=1e-6)
+    assert float(tangent_residual(W, sol.Phi)) <= 1e-8
+    s = np.linalg.svd(sol.Phi, compute_uv=False)
+    assert s.max() <= 1 + 1e-8
+    # value of the reduced problem (W_R, G_R) on the row space equals the full one (independent solve)
+    _, Q = np.linalg.eigh(G.T @ G)
+    QR = Q[:, ::-1][:, :r]
+    reduced = stiefel_direction(W @ QR, G @ QR, tol=1e-10)
+    assert np.sum((G @ QR) * reduced.Phi) == pytest.approx(value, rel=1e-6)
+
+
+def test_rank_precheck_and_batched_mixture():
+    rng = np.random.default_rng(13)
+    W = np.stack([_point(rng, 10, 4) for _ in range(2)])
+    G = rng.standard_normal((2, 10, 4))
+    G[1] = rng.standard_normal((10, 2)) @ rng.standard_normal((2, 4))  # rank 2
+    from svmuon.orthogonal.stiefel_rank import deficient_rank
+
+    grams = torch.from_numpy(np.einsum("bij,bik->bjk", G, G))
+    assert not deficient_rank(torch.from_numpy(G[0]), grams[0])
+    assert deficient_rank(torch.from_numpy(G[1]), grams[1])
+    batch = stiefel_direction(W, G, tol=1e-10)
+    for i in range(2):
+        one = stiefel_direction(W[i], G[i], tol=1e-10)
+        np.testing.assert_allclose(batch.Phi[i], one.Phi, rtol=0, atol=1e-8)

@@ -35,7 +35,7 @@ def stiefel_direction_sdp(W: np.ndarray, G: np.ndarray, *, tol: float = 1e-10,
 
     Raises:
         ValueError: bad shapes, ``W`` without orthonormal columns, or a solver status other than
-            optimal / optimal_inaccurate with a feasible answer (``‖Phi‖₂ <= 1 + 1e3 tol``).
+            optimal / optimal_inaccurate with a feasible answer (``‖Phi‖₂ <= 1 + max(1e3 tol, 1e-6)``).
     """
     import cvxpy as cp
 
@@ -64,7 +64,8 @@ def stiefel_direction_sdp(W: np.ndarray, G: np.ndarray, *, tol: float = 1e-10,
     else:
         problem.solve(solver=solver)
     Phi = W @ Omega.value + (W_perp @ E.value if m > n else 0.0)
+    # "optimal_inaccurate" (CLARABEL near degenerate optima) is accepted when the answer is feasible to 1e-6
     if problem.status not in ("optimal", "optimal_inaccurate") or \
-            not np.linalg.norm(Phi, 2) <= 1 + 1e3 * tol + 1e-12:
+            not np.linalg.norm(Phi, 2) <= 1 + max(1e3 * tol, 1e-6):
         raise ValueError(f"the SDP solver {solver} returned status {problem.status!r}")
     return np.asarray(Phi), float(problem.value)

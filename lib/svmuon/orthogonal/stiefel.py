@@ -200,8 +200,15 @@ class Stiefel(Manifold):
         X0 = warm = None
         if state is not None and "X" in state:
             X0, warm = state["X"], state["warm"] > 0
-        sol = solve(W, G, method=method, tol=tol, max_iter=max_iter, X0=X0, warm=warm, orthogonalize=orthogonalize,
-                    smoothing=self.smoothing, max_cg=self.max_cg, exact_residual=False)
+        one = W.shape[0] == 1  # a single matrix: 2-D products (mm) are much cheaper than bmm for small n
+        squeeze = (lambda T: T[0]) if one else (lambda T: T)  # noqa: E731
+        sol = solve(squeeze(W), squeeze(G), method=method, tol=tol, max_iter=max_iter,
+                    X0=None if X0 is None else squeeze(X0), warm=None if warm is None else squeeze(warm),
+                    orthogonalize=orthogonalize, smoothing=self.smoothing, max_cg=self.max_cg, exact_residual=False)
+        if one:
+            sol.Phi, sol.X, sol.residual = sol.Phi[None], sol.X[None], sol.residual.reshape(1)
+            sol.tangent_norm = None if sol.tangent_norm is None else sol.tangent_norm.reshape(1)
+            sol.eig = None if sol.eig is None else (sol.eig[0][None], sol.eig[1][None])
         if sol.tangent_norm is None:  # the msign-based solvers do not form P_W(G) on the way
             sol.tangent_norm = torch.linalg.matrix_norm(self._project_tangent(W, G))
         if sol.eig is not None:

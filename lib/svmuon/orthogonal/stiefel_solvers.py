@@ -41,6 +41,7 @@ products, which run in the input's dtype).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
@@ -240,7 +241,7 @@ def _start(red: _Reduced, X0: torch.Tensor | None, warm: torch.Tensor | None) ->
 
 def _newton(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: float, max_iter: int,
             smoothing: float, max_cg: int, exact_residual: bool = True,
-            warm: torch.Tensor | None = None) -> StiefelSolution:
+            warm: torch.Tensor | None = None, trace: list | None = None, rank_aware: bool = True) -> StiefelSolution:
     """Damped Newton–CG on the smoothed reduced dual ``f_ε`` (eq-stiefel-smoothing), with continuation in ε.
 
     * Newton step: PCG on ``(Hess + μP)x = -∇f_ε`` in the eigenbasis of ``M`` (``_pcg``); the damping ``μ``
@@ -255,6 +256,13 @@ def _newton(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: f
     * Stop: residual <= ``tol`` at the final ``ε``, or ``max_iter`` outer iterations.
     """
     red = _reduce(W, G)
+    if rank_aware:
+        from svmuon.orthogonal.stiefel_rank import deficient_rank
+
+        A = red.S + red.K
+        if deficient_rank(G, A.mT @ A + red.C):  # a rank-deficient G: the row-space reduction (prop-stiefel-rank)
+            return _newton_deficient(W, G, X0, red, tol=tol, max_iter=max_iter, smoothing=smoothing, max_cg=max_cg,
+                                     exact_residual=exact_residual, warm=warm, trace=trace)
     sigma2 = torch.where(red.sigma2 > 0, red.sigma2, torch.ones_like(red.sigma2))  # G = 0: Φ = 0 for any ε > 0
     Y = _start(red, X0, warm)
     eps_rel = torch.full(W.shape[:-2], smoothing, dtype=WORK_DTYPE, device=W.device)
@@ -271,6 +279,7 @@ def _newton(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: f
     mu = torch.zeros_like(red.sigma2)
     unit = torch.finfo(WORK_DTYPE).eps
     factorizations, products, iterations = 1, 0, 0
+    t0 = time.perf_counter()
     for iterations in range(max_iter + 1):
         if R is None and _needs_svd(sp, eps2(), unit):
             R = _exact_factor(red)
@@ -296,6 +305,7 @@ def _newton(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: f
             g = _sym(b / s[..., None, :])
             r_norm = 2 * torch.linalg.matrix_norm(g)
         active = (r_norm > tol) | (eps_rel > smoothing)
+        _record(trace, t0, r_norm, iterations, 0, factorizations, products)
         if iterations == max_iter or not bool(active.any()):
             break
         c, d = _hessian_parts(sp.s)
@@ -335,8 +345,37 @@ def _newton(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: f
                            factorizations, (sp.V, mu_phi), red.tangent_norm)
 
 
+def _newton_deficient(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, red: _Reduced, *, tol: float,
+                      max_iter: int, smoothing: float, max_cg: int, exact_residual: bool,
+                      warm: torch.Tensor | None, trace: list | None) -> StiefelSolution:
+    """Matrix by matrix: the row-space reduction where it applies (:mod:`svmuon.orthogonal.stiefel_rank`),
+    else the general Newton; results stacked back into the batch."""
+    from svmuon.orthogonal.stiefel_rank import solve_deficient
+
+    batch = W.shape[:-2]
+    Wf, Gf = W.reshape(-1, *W.shape[-2:]), G.reshape(-1, *G.shape[-2:])
+    X0f = None if X0 is None else X0.reshape(-1, *X0.shape[-2:])
+    warmf = None if warm is None else warm.reshape(-1)
+    opts = dict(tol=tol, max_iter=max_iter, smoothing=smoothing, max_cg=max_cg, exact_residual=exact_residual)
+    sols = []
+    for i in range(Wf.shape[0]):
+        x0 = None if X0f is None or (warmf is not None and not bool(warmf[i])) else X0f[i]
+        sol = solve_deficient(Wf[i], Gf[i], x0, trace=trace, **opts)
+        if sol is None:
+            sol = _newton(Wf[i], Gf[i], x0, trace=trace, rank_aware=False, **opts)
+        sols.append(sol)
+    stack = lambda xs: torch.stack(xs).reshape(tuple(batch) + tuple(xs[0].shape))  # noqa: E731
+    eig = (stack([s.eig[0] for s in sols]), stack([s.eig[1] for s in sols]))
+    out = StiefelSolution(stack([s.Phi for s in sols]), stack([s.X.to(WORK_DTYPE) for s in sols]),
+                          stack([s.residual for s in sols]), max(s.iterations for s in sols),
+                          all(s.converged for s in sols), 0, sum(s.cg_iterations for s in sols),
+                          sum(s.factorizations for s in sols), eig, red.tangent_norm)
+    return out
+
+
 def _reduced_fixed_point(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: float,
-                         max_iter: int, smoothing: float, warm: torch.Tensor | None = None) -> StiefelSolution:
+                         max_iter: int, smoothing: float, warm: torch.Tensor | None = None,
+                         trace: list | None = None) -> StiefelSolution:
     """Su's fixed point in the reduced variables: ``Y <- L_S⁻¹(KS - SK)``, ``S = (M + ε²I)^{1/2}``, which is
     the preconditioned gradient step ``Y <- Y - P⁻¹∇f_ε`` (``P = ½c`` in the eigenbasis; thm-fixed-point-pcg)."""
     red = _reduce(W, G)
@@ -345,10 +384,13 @@ def _reduced_fixed_point(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | No
     Y = _start(red, X0, warm)
     sp = _spectrum(Y, red, eps2, None)
     factorizations = 1
+    t0 = time.perf_counter()
     for iterations in range(max_iter + 1):
         b = sp.V.mT @ (Y + red.K) @ sp.V
         g = _sym(b / sp.s[..., None, :])
-        active = 2 * torch.linalg.matrix_norm(g) > tol
+        r_norm = 2 * torch.linalg.matrix_norm(g)
+        active = r_norm > tol
+        _record(trace, t0, r_norm, iterations, 0, factorizations, 0)
         if iterations == max_iter or not bool(active.any()):
             break
         c, _ = _hessian_parts(sp.s)
@@ -361,6 +403,15 @@ def _reduced_fixed_point(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | No
     residual = _residual(W, Phi)
     return StiefelSolution(Phi, X, residual, iterations, bool((residual <= tol).all()), 0, 0, factorizations,
                            (sp.V, sp.lam / (sp.lam + eps2[..., 0])), red.tangent_norm)
+
+
+def _record(trace: list | None, t0: float, residual: torch.Tensor, iteration: int, msign_calls: int,
+            factorizations: int, products: int) -> None:
+    """Append one point of a convergence history (only when the caller asked for one: it synchronises)."""
+    if trace is not None:
+        trace.append({"iteration": iteration, "seconds": time.perf_counter() - t0,
+                      "residual": float(residual.max()), "msign_calls": msign_calls,
+                      "factorizations": factorizations, "cg_products": products})
 
 
 def _needs_svd(sp: _Spectrum, eps2: torch.Tensor, unit: float) -> bool:
@@ -379,7 +430,7 @@ def _multiplier_start(A: torch.Tensor, X0: torch.Tensor | None, warm: torch.Tens
 
 def _fixed_point(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: float, max_iter: int,
                  orthogonalize: Callable[[torch.Tensor], torch.Tensor],
-                 warm: torch.Tensor | None = None) -> StiefelSolution:
+                 warm: torch.Tensor | None = None, trace: list | None = None) -> StiefelSolution:
     """su2025stiefel: ``Φ = msign(Z)``, ``Z = G + WX``, ``Q = [ZᵀΦ]_sym``; solve ``QX + XQ = -2[QA]_sym``
     in the eigenbasis of ``Q`` (denominators ``q_i + q_j`` floored at ``1e-12 q_max``, as the source says
     for a rank-deficient ``Z``)."""
@@ -387,12 +438,14 @@ def _fixed_point(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, t
     X = _multiplier_start(A, X0, warm)
     dt = G.dtype
     calls = factorizations = 0
+    t0 = time.perf_counter()
     for it in range(max_iter + 1):
         Z = G + W @ X.to(dt)
         Phi = orthogonalize(Z).to(dt)
         calls += 1
         residual = _residual(W, Phi)
         active = residual > tol
+        _record(trace, t0, residual, it, calls, factorizations, 0)
         if it == max_iter or not bool(active.any()):
             break
         Q = _sym((Z.mT @ Phi).to(WORK_DTYPE))
@@ -407,13 +460,14 @@ def _fixed_point(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, t
 
 def _dual_ascent(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: float, max_iter: int,
                  orthogonalize: Callable[[torch.Tensor], torch.Tensor], alpha: float,
-                 warm: torch.Tensor | None = None) -> StiefelSolution:
+                 warm: torch.Tensor | None = None, trace: list | None = None) -> StiefelSolution:
     """bernstein2025stiefel: ``Φ = msign(G + WX)``, ``H = WᵀΦ + ΦᵀW``, ``X <- X - 2ασ̄(1 - k/K)H``."""
     A = (W.mT @ G).to(WORK_DTYPE)
     X = _multiplier_start(A, X0, warm)  # cold: 2Λ₀ with Λ₀ = -(WᵀG + GᵀW)/4
     sigma = torch.linalg.matrix_norm(G.to(WORK_DTYPE))[..., None, None] / math.sqrt(W.shape[-1])
     dt = G.dtype
     calls = 0
+    t0 = time.perf_counter()
     for k in range(max_iter + 1):
         Phi = orthogonalize(G + W @ X.to(dt)).to(dt)
         calls += 1
@@ -421,6 +475,7 @@ def _dual_ascent(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, t
         H = H + H.mT
         residual = torch.linalg.matrix_norm(H)
         active = residual > tol
+        _record(trace, t0, residual, k, calls, 0, 0)
         if k == max_iter or not bool(active.any()):
             break
         X = torch.where(active[..., None, None], X - (2 * alpha * (1 - k / max_iter)) * sigma * H, X)
@@ -431,23 +486,25 @@ def _dual_ascent(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, t
 def solve(W: torch.Tensor, G: torch.Tensor, *, method: str = "newton", tol: float = 1e-6, max_iter: int | None = None,
           X0: torch.Tensor | None = None, orthogonalize: Callable[[torch.Tensor], torch.Tensor] | None = None,
           smoothing: float = 1e-6, max_cg: int = 100, alpha: float = 0.01,
-          exact_residual: bool = True, warm: torch.Tensor | None = None) -> StiefelSolution:
+          exact_residual: bool = True, warm: torch.Tensor | None = None,
+          trace: list | None = None) -> StiefelSolution:
     """The unchecked kernel behind :func:`stiefel_direction` (tall ``(..., m, n)`` tensors, same shape).
     ``exact_residual=False`` lets ``"newton"`` report its n × n residual ``2‖∇f_ε‖_F`` (which leaves out the
     rounding of assembling ``Φ``) and save one m × n × n product. ``warm`` (bool ``(...)``): use ``X0`` only
-    where True (the cold start elsewhere)."""
+    where True (the cold start elsewhere). ``trace``: a list that receives one dict per iteration (seconds
+    since the start, the largest residual, msign calls, factorizations, CG products); it synchronises."""
     if max_iter is None:
         max_iter = _DEFAULT_MAX_ITER[method]
     if method == "newton":
         return _newton(W, G, X0, tol=tol, max_iter=max_iter, smoothing=smoothing, max_cg=max_cg,
-                       exact_residual=exact_residual, warm=warm)
+                       exact_residual=exact_residual, warm=warm, trace=trace)
     if method == "fixed_point_reduced":
-        return _reduced_fixed_point(W, G, X0, tol=tol, max_iter=max_iter, smoothing=smoothing, warm=warm)
+        return _reduced_fixed_point(W, G, X0, tol=tol, max_iter=max_iter, smoothing=smoothing, warm=warm, trace=trace)
     orth = orthogonalize if orthogonalize is not None else _default_orthogonalize()
     if method == "fixed_point":
-        return _fixed_point(W, G, X0, tol=tol, max_iter=max_iter, orthogonalize=orth, warm=warm)
+        return _fixed_point(W, G, X0, tol=tol, max_iter=max_iter, orthogonalize=orth, warm=warm, trace=trace)
     if method == "dual_ascent":
-        return _dual_ascent(W, G, X0, tol=tol, max_iter=max_iter, orthogonalize=orth, alpha=alpha, warm=warm)
+        return _dual_ascent(W, G, X0, tol=tol, max_iter=max_iter, orthogonalize=orth, alpha=alpha, warm=warm, trace=trace)
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
 
 
@@ -491,7 +548,8 @@ def _check_point_pair(W: Any, G: Any) -> tuple[torch.Tensor, torch.Tensor, bool]
 
 def stiefel_direction(W: Any, G: Any, *, method: str = "newton", tol: float = 1e-6, max_iter: int | None = None,
                       X0: Any = None, orthogonalize: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                      smoothing: float = 1e-6, max_cg: int = 100, alpha: float = 0.01) -> StiefelSolution:
+                      smoothing: float = 1e-6, max_cg: int = 100, alpha: float = 0.01,
+                      trace: list | None = None) -> StiefelSolution:
     """Steepest-ascent direction on ``St(m, n)``: ``Φ`` maximising ``tr(GᵀΦ)`` over ``‖Φ‖₂ <= 1`` and
     ``WᵀΦ + ΦᵀW = 0`` (eq-stiefel-problem), by the chosen solver (see the module docstring).
 
@@ -511,6 +569,8 @@ def stiefel_direction(W: Any, G: Any, *, method: str = "newton", tol: float = 1e
             normal part only shifts the multiplier).
         max_cg: Hessian-vector products per Newton iteration at most.
         alpha: dual-ascent step (in units of ``σ̄``), as published.
+        trace: a list to receive the convergence history, one dict per iteration (``seconds``, ``residual``,
+            ``msign_calls``, ``factorizations``, ``cg_products``); costs a host synchronisation per iteration.
 
     Returns:
         :class:`StiefelSolution`; ``Phi`` and ``X`` NumPy arrays if ``G`` is one.
@@ -544,8 +604,10 @@ def stiefel_direction(W: Any, G: Any, *, method: str = "newton", tol: float = 1e
         if X0t.shape[-1] != n:
             raise ValueError(f"X0 must be (..., {n}, {n}) for W of shape {tuple(Wt.shape)}, got {tuple(X0t.shape)}")
         X0t = _sym(X0t.to(WORK_DTYPE)).expand(*Wt.shape[:-2], n, n)
+    if trace is not None and not isinstance(trace, list):
+        raise TypeError(f"trace must be None or a list, got {type(trace).__name__}")
     out = solve(Wt, Gt, method=method, tol=tol, max_iter=max_iter, X0=X0t, orthogonalize=orthogonalize,
-                smoothing=smoothing, max_cg=max_cg, alpha=alpha)
+                smoothing=smoothing, max_cg=max_cg, alpha=alpha, trace=trace)
     if was_numpy:
         out.Phi, out.X, out.residual = out.Phi.numpy(), out.X.numpy(), out.residual.numpy()
     return out
