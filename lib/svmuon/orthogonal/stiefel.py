@@ -1,4 +1,4 @@
-"""The Stiefel manifold ``St(m, n) = {W ∈ R^{m×n} : WᵀW = I_n}`` (m >= n) as a :class:`Manifold`.
+"""The Stiefel manifold ``St(m, n) = {W ∈ R^{m×n} : WᵀW = I_n}`` (m >= n) as a ``svmuon.orthogonal.base.Manifold``.
 
 The book writes ``St(m, n)`` with m >= n rows and columns; the source articles (su2025stiefel) write it
 ``St(n, m)``. A wide matrix (m < n) is a point when its *rows* are orthonormal (``WWᵀ = I_m``) and is handled

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from svmuon.orthogonal.stiefel_solvers import WORK_DTYPE, StiefelSolution, _newton, _residual
+from svmuon.orthogonal.stiefel_dual import WORK_DTYPE, StiefelSolution, _newton, _residual
 
 __all__ = ["RANK_RTOL", "deficient_rank", "solve_deficient"]
 
