@@ -68,6 +68,8 @@ class Stiefel(Manifold):
             residual reached reported in the optimizer's ``state[p]["info"]["residual"]``.
         smoothing: ``ε/σ̄`` of the smoothed dual (Newton).
         max_cg: Hessian-vector products per Newton iteration at most.
+        rank_rtol: singular values of the update below ``rank_rtol · σ_max`` count as zero (Newton solves a
+            rank-deficient update on its row space); a coarser value trades optimality for speed.
         transpose_wide: accept wide matrices (rows orthonormal) as their transposes; ``False`` refuses them.
         msign_method, ns_steps, ns_coefficients, compute_dtype: the msign route of the public
             :meth:`steepest_direction` (the fixed-point and dual-ascent solvers, and m = n); an optimizer
@@ -84,7 +86,7 @@ class Stiefel(Manifold):
     state_keys = ("X", "warm")
 
     def __init__(self, *, method: str = "newton", tol: float = 1e-6, max_iter: int | None = None,
-                 smoothing: float = 1e-6, max_cg: int = 100, transpose_wide: bool = True,
+                 smoothing: float = 1e-6, max_cg: int = 100, rank_rtol: float = 1e-6, transpose_wide: bool = True,
                  msign_method: str = "svd", ns_steps: int | None = None, ns_coefficients: Any = None,
                  compute_dtype: torch.dtype | None = None) -> None:
         super().__init__(msign_method=msign_method, ns_steps=ns_steps, ns_coefficients=ns_coefficients,
@@ -94,6 +96,11 @@ class Stiefel(Manifold):
         self.max_iter = None if max_iter is None else check_int(max_iter, "max_iter", minimum=0)
         self.smoothing = _check_positive(smoothing, "smoothing")
         self.max_cg = check_int(max_cg, "max_cg", minimum=1)
+        if isinstance(rank_rtol, bool) or not isinstance(rank_rtol, (int, float)):
+            raise TypeError(f"rank_rtol must be a real number in [0, 1), got {type(rank_rtol).__name__}")
+        if not 0 <= float(rank_rtol) < 1:
+            raise ValueError(f"rank_rtol must be in [0, 1), got {rank_rtol!r}")
+        self.rank_rtol = float(rank_rtol)
         if not isinstance(transpose_wide, bool):
             raise TypeError(f"transpose_wide must be a bool, got {type(transpose_wide).__name__}")
         self.transpose_wide = transpose_wide
@@ -204,7 +211,8 @@ class Stiefel(Manifold):
         squeeze = (lambda T: T[0]) if one else (lambda T: T)  # noqa: E731
         sol = solve(squeeze(W), squeeze(G), method=method, tol=tol, max_iter=max_iter,
                     X0=None if X0 is None else squeeze(X0), warm=None if warm is None else squeeze(warm),
-                    orthogonalize=orthogonalize, smoothing=self.smoothing, max_cg=self.max_cg, exact_residual=False)
+                    orthogonalize=orthogonalize, smoothing=self.smoothing, max_cg=self.max_cg, exact_residual=False,
+                    rank_rtol=self.rank_rtol)
         if one:
             sol.Phi, sol.X, sol.residual = sol.Phi[None], sol.X[None], sol.residual.reshape(1)
             sol.tangent_norm = None if sol.tangent_norm is None else sol.tangent_norm.reshape(1)

@@ -203,7 +203,8 @@ def _start(red: _Reduced, X0: torch.Tensor | None, warm: torch.Tensor | None) ->
 
 def _newton(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: float, max_iter: int,
             smoothing: float, max_cg: int, exact_residual: bool = True,
-            warm: torch.Tensor | None = None, trace: list | None = None, rank_aware: bool = True) -> StiefelSolution:
+            warm: torch.Tensor | None = None, trace: list | None = None, rank_aware: bool = True,
+            rank_rtol: float = 1e-6) -> StiefelSolution:
     """Damped Newton–CG on the smoothed reduced dual ``f_ε`` (eq-stiefel-smoothing), with continuation in ε.
 
     * Newton step: PCG on ``(Hess + μP)x = -∇f_ε`` in the eigenbasis of ``M`` (``_pcg``); the damping ``μ``
@@ -222,9 +223,9 @@ def _newton(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: f
         from svmuon.orthogonal.stiefel_rank import deficient_rank
 
         A = red.S + red.K
-        if deficient_rank(G, A.mT @ A + red.C):  # a rank-deficient G: the row-space reduction (prop-stiefel-rank)
+        if deficient_rank(G, A.mT @ A + red.C, rank_rtol):  # rank-deficient G: the row-space reduction (prop-stiefel-rank)
             return _newton_deficient(W, G, X0, red, tol=tol, max_iter=max_iter, smoothing=smoothing, max_cg=max_cg,
-                                     exact_residual=exact_residual, warm=warm, trace=trace)
+                                     exact_residual=exact_residual, warm=warm, trace=trace, rank_rtol=rank_rtol)
     sigma2 = torch.where(red.sigma2 > 0, red.sigma2, torch.ones_like(red.sigma2))  # G = 0: Φ = 0 for any ε > 0
     Y = _start(red, X0, warm)
     eps_rel = torch.full(W.shape[:-2], smoothing, dtype=WORK_DTYPE, device=W.device)
@@ -309,7 +310,7 @@ def _newton(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: f
 
 def _newton_deficient(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, red: _Reduced, *, tol: float,
                       max_iter: int, smoothing: float, max_cg: int, exact_residual: bool,
-                      warm: torch.Tensor | None, trace: list | None) -> StiefelSolution:
+                      warm: torch.Tensor | None, trace: list | None, rank_rtol: float) -> StiefelSolution:
     """Matrix by matrix: the row-space reduction where it applies (:mod:`svmuon.orthogonal.stiefel_rank`),
     else the general Newton; results stacked back into the batch."""
     from svmuon.orthogonal.stiefel_rank import solve_deficient
@@ -322,7 +323,7 @@ def _newton_deficient(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None,
     sols = []
     for i in range(Wf.shape[0]):
         x0 = None if X0f is None or (warmf is not None and not bool(warmf[i])) else X0f[i]
-        sol = solve_deficient(Wf[i], Gf[i], x0, trace=trace, **opts)
+        sol = solve_deficient(Wf[i], Gf[i], x0, trace=trace, rank_rtol=rank_rtol, **opts)
         if sol is None:
             sol = _newton(Wf[i], Gf[i], x0, trace=trace, rank_aware=False, **opts)
         sols.append(sol)

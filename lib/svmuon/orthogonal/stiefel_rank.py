@@ -17,6 +17,10 @@ with ``Q = [Q_R, Q_N]`` orthonormal, ``Q_R`` spanning the row space of ``G`` (ra
   semidefinite system in Λ, solved by CG). Its spectral norm is checked; above 1 (not seen in our tests)
   the general smoothed Newton is used instead.
 
+Treating singular values below ``rank_rtol · σ_max`` as zero solves the problem for a nearby ``G`` (the value
+changes by at most ``rank_rtol σ_max`` per discarded direction); a coarser ``rank_rtol`` makes the reduced
+problem better conditioned and Newton faster, a trade the chapter measures on real gradients.
+
 The completion makes the optimum non-unique (any ``Φ_N`` of the set is optimal), and its singular values
 lie strictly inside (0, 1) in general: the Stiefel direction is then not a partial isometry.
 """
@@ -29,27 +33,28 @@ from svmuon.orthogonal.stiefel_dual import WORK_DTYPE, StiefelSolution, _newton,
 
 __all__ = ["RANK_RTOL", "deficient_rank", "solve_deficient"]
 
-RANK_RTOL = 1e-6  # singular values of G below RANK_RTOL · σ_max count as zero (fp32 rounding is ~1e-7)
+RANK_RTOL = 1e-6  # default: singular values of G below RANK_RTOL · σ_max count as zero (fp32 rounding ~1e-7)
 
 
-def deficient_rank(G: torch.Tensor, gram: torch.Tensor) -> bool:
-    """Cheap pre-check (no sync beyond the result): could ``G`` have a singular value below ``1e-3 σ_max``?
-    ``gram`` is ``GᵀG`` in float64 (from the reduction's products); a Cholesky of ``gram - 1e-6 tr(gram) I``
-    fails iff some eigenvalue is below ``1e-6 tr`` (loose on purpose: the exact rank is decided in float64)."""
+def deficient_rank(G: torch.Tensor, gram: torch.Tensor, rank_rtol: float = RANK_RTOL) -> bool:
+    """Cheap pre-check (no sync beyond the result): could ``G`` have a singular value below ``rank_rtol σ_max``?
+    ``gram`` is ``GᵀG`` in float64 (from the reduction's products); a Cholesky of ``gram - t tr(gram) I`` with
+    ``t = max(1e-6, 10 rank_rtol²)`` fails iff some eigenvalue is below ``t tr`` (loose on purpose: the rank
+    itself is then decided in float64)."""
     n = gram.shape[-1]
-    shift = 1e-6 * gram.diagonal(dim1=-2, dim2=-1).sum(-1)[..., None, None]
+    shift = max(1e-6, 10 * rank_rtol * rank_rtol) * gram.diagonal(dim1=-2, dim2=-1).sum(-1)[..., None, None]
     _, info = torch.linalg.cholesky_ex(gram - shift * torch.eye(n, dtype=gram.dtype, device=gram.device))
     return bool((info > 0).any())
 
 
-def _row_space(G: torch.Tensor) -> tuple[int, torch.Tensor]:
-    """``(r, Q)`` for a 2-D ``G``: numerical rank at ``RANK_RTOL`` and eigenvectors of ``GᵀG`` (float64 products),
+def _row_space(G: torch.Tensor, rank_rtol: float) -> tuple[int, torch.Tensor]:
+    """``(r, Q)`` for a 2-D ``G``: numerical rank at ``rank_rtol`` and eigenvectors of ``GᵀG`` (float64 products),
     largest first."""
     G64 = G.to(WORK_DTYPE)
     lam, Q = torch.linalg.eigh(G64.mT @ G64)
     lam, Q = lam.flip(-1), Q.flip(-1)
     top = float(lam[0]) if lam.numel() else 0.0
-    r = int((lam > (RANK_RTOL**2) * top).sum()) if top > 0 else 0
+    r = int((lam > (rank_rtol**2) * top).sum()) if top > 0 else 0
     return r, Q
 
 
@@ -86,11 +91,12 @@ def _complete(WR, WN, PR, max_cg: int = 500):  # noqa: ANN001, ANN202
 
 
 def solve_deficient(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: float, max_iter: int,
-                    smoothing: float, max_cg: int, exact_residual: bool, trace: list | None) -> StiefelSolution | None:
+                    smoothing: float, max_cg: int, exact_residual: bool, trace: list | None,
+                    rank_rtol: float = RANK_RTOL) -> StiefelSolution | None:
     """Newton on the row space of a rank-deficient 2-D ``G`` plus the completion; ``None`` if ``G`` has full
     numerical rank or the completion's norm exceeds 1 (the caller then runs the general Newton)."""
     m, n = W.shape
-    r, Q = _row_space(G)
+    r, Q = _row_space(G, rank_rtol)
     if r == n:
         return None
     dt = G.dtype

@@ -143,7 +143,7 @@ def solve(W: torch.Tensor, G: torch.Tensor, *, method: str = "newton", tol: floa
           X0: torch.Tensor | None = None, orthogonalize: Callable[[torch.Tensor], torch.Tensor] | None = None,
           smoothing: float = 1e-6, max_cg: int = 100, alpha: float = 0.01,
           exact_residual: bool = True, warm: torch.Tensor | None = None,
-          trace: list | None = None) -> StiefelSolution:
+          trace: list | None = None, rank_rtol: float = 1e-6) -> StiefelSolution:
     """The unchecked kernel behind :func:`stiefel_direction` (tall ``(..., m, n)`` tensors, same shape).
     ``exact_residual=False`` lets ``"newton"`` report its n × n residual ``2‖∇f_ε‖_F`` (which leaves out the
     rounding of assembling ``Φ``) and save one m × n × n product. ``warm`` (bool ``(...)``): use ``X0`` only
@@ -153,7 +153,7 @@ def solve(W: torch.Tensor, G: torch.Tensor, *, method: str = "newton", tol: floa
         max_iter = _DEFAULT_MAX_ITER[method]
     if method == "newton":
         return _newton(W, G, X0, tol=tol, max_iter=max_iter, smoothing=smoothing, max_cg=max_cg,
-                       exact_residual=exact_residual, warm=warm, trace=trace)
+                       exact_residual=exact_residual, warm=warm, trace=trace, rank_rtol=rank_rtol)
     if method == "fixed_point_reduced":
         return _reduced_fixed_point(W, G, X0, tol=tol, max_iter=max_iter, smoothing=smoothing, warm=warm, trace=trace)
     orth = orthogonalize if orthogonalize is not None else _default_orthogonalize()
@@ -205,7 +205,7 @@ def _check_point_pair(W: Any, G: Any) -> tuple[torch.Tensor, torch.Tensor, bool]
 def stiefel_direction(W: Any, G: Any, *, method: str = "newton", tol: float = 1e-6, max_iter: int | None = None,
                       X0: Any = None, orthogonalize: Callable[[torch.Tensor], torch.Tensor] | None = None,
                       smoothing: float = 1e-6, max_cg: int = 100, alpha: float = 0.01,
-                      trace: list | None = None) -> StiefelSolution:
+                      trace: list | None = None, rank_rtol: float = 1e-6) -> StiefelSolution:
     """Steepest-ascent direction on ``St(m, n)``: ``Φ`` maximising ``tr(GᵀΦ)`` over ``‖Φ‖₂ <= 1`` and
     ``WᵀΦ + ΦᵀW = 0`` (eq-stiefel-problem), by the chosen solver (see the module docstring).
 
@@ -225,6 +225,8 @@ def stiefel_direction(W: Any, G: Any, *, method: str = "newton", tol: float = 1e
             normal part only shifts the multiplier).
         max_cg: Hessian-vector products per Newton iteration at most.
         alpha: dual-ascent step (in units of ``σ̄``), as published.
+        rank_rtol: ``"newton"``: singular values of ``G`` below ``rank_rtol · σ_max(G)`` count as zero, and a
+            rank-deficient ``G`` is solved on its row space (:mod:`svmuon.orthogonal.stiefel_rank`); in [0, 1).
         trace: a list to receive the convergence history, one dict per iteration (``seconds``, ``residual``,
             ``msign_calls``, ``factorizations``, ``cg_products``); costs a host synchronisation per iteration.
 
@@ -260,10 +262,13 @@ def stiefel_direction(W: Any, G: Any, *, method: str = "newton", tol: float = 1e
         if X0t.shape[-1] != n:
             raise ValueError(f"X0 must be (..., {n}, {n}) for W of shape {tuple(Wt.shape)}, got {tuple(X0t.shape)}")
         X0t = _sym(X0t.to(WORK_DTYPE)).expand(*Wt.shape[:-2], n, n)
+    rank_rtol = _positive(rank_rtol, "rank_rtol", allow_zero=True)
+    if rank_rtol >= 1:
+        raise ValueError(f"rank_rtol must be in [0, 1), got {rank_rtol!r}")
     if trace is not None and not isinstance(trace, list):
         raise TypeError(f"trace must be None or a list, got {type(trace).__name__}")
     out = solve(Wt, Gt, method=method, tol=tol, max_iter=max_iter, X0=X0t, orthogonalize=orthogonalize,
-                smoothing=smoothing, max_cg=max_cg, alpha=alpha, trace=trace)
+                smoothing=smoothing, max_cg=max_cg, alpha=alpha, trace=trace, rank_rtol=rank_rtol)
     if was_numpy:
         out.Phi, out.X, out.residual = out.Phi.numpy(), out.X.numpy(), out.residual.numpy()
     return out
