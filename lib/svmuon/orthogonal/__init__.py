@@ -7,6 +7,10 @@ _EXPORTS = {
     "Orthogonalizer": "svmuon.orthogonal.msign",
     "Manifold": "svmuon.orthogonal.base",
     "Orthogonal": "svmuon.orthogonal.manifolds",
+    "Stiefel": "svmuon.orthogonal.stiefel",
+    "stiefel_direction": "svmuon.orthogonal.stiefel_solvers",
+    "StiefelSolution": "svmuon.orthogonal.stiefel_solvers",
+    "stiefel_direction_sdp": "svmuon.orthogonal.references",
     "sym": "svmuon.orthogonal.manifolds",
     "skew": "svmuon.orthogonal.manifolds",
 }

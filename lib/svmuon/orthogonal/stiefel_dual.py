@@ -1,0 +1,385 @@
+"""The reduced dual of the Stiefel direction problem and Newton's method on it (the book's solver).
+
+With ``A = WᵀG``, ``K = [A]_skew``, ``G⊥ = G - WA``, ``C = G⊥ᵀG⊥``, ``Y = [A]_sym + X`` and
+``M = (Y + K)ᵀ(Y + K) + C``, the dual ``min over symmetric X of ‖G + WX‖_*`` is ``min_Y tr(M^{1/2})``
+(thm-stiefel-reduction), an n × n problem; its smoothing ``f_ε(Y) = tr((M + ε²I)^{1/2})`` gives an exactly
+tangent ``Φ_ε = (G + WX)(M + ε²I)^{-1/2}`` at every stationary point (eq-stiefel-smoothing-gap). This module
+holds the reduction, the spectral factorisation of ``M``, the Hessian of ``f_ε`` (eq-stiefel-hessian), the
+damped Newton–CG method with continuation in ε, the source's fixed point in the reduced variables
+(thm-fixed-point-pcg), and :class:`~svmuon.orthogonal.stiefel_solvers.StiefelSolution`, what every solver
+returns. The public entry points are in
+:mod:`svmuon.orthogonal.stiefel_solvers`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+
+__all__ = ["WORK_DTYPE"]  # StiefelSolution is public through svmuon.orthogonal.stiefel_solvers
+
+WORK_DTYPE = torch.float64  # the n × n solve; its cost is small next to the m × n products
+
+
+@dataclass
+class StiefelSolution:
+    """What a Stiefel direction solver returns (tensors, or NumPy arrays for NumPy input).
+
+    Attributes:
+        Phi: ``(..., m, n)``, the direction (ascent: descend along ``-Phi``), dtype of ``G``.
+        X: ``(..., n, n)`` symmetric multiplier with ``Phi ≈ msign(G + WX)``; pass it as ``X0`` to warm start.
+        residual: ``(...)``, ``‖WᵀΦ + ΦᵀW‖_F`` of the returned ``Phi``.
+        iterations: outer iterations run (the most over the batch).
+        converged: every residual <= ``tol``.
+        msign_calls: calls of ``orthogonalize`` (0 for the reduced solvers).
+        cg_iterations: Hessian-vector products (``"newton"``), else 0.
+        factorizations: n × n eigendecompositions or SVDs.
+        eig: ``(V, mu)`` with ``ΦᵀΦ = V diag(mu) Vᵀ`` (``V`` ``(..., n, n)``, float64) where the solver knows
+            it (``"newton"``, ``"fixed_point_reduced"``), else ``None``; the retraction uses it.
+        tangent_norm: ``(...)``, ``‖P_W(G)‖_F`` (the reduced solvers compute it on the way), else ``None``.
+    """
+
+    Phi: Any
+    X: Any
+    residual: Any
+    iterations: int
+    converged: bool
+    msign_calls: int = 0
+    cg_iterations: int = 0
+    factorizations: int = 0
+    eig: tuple[torch.Tensor, torch.Tensor] | None = None
+    tangent_norm: Any = None
+
+
+# -- small kernels --------------------------------------------------------------------------------------------
+def _sym(T: torch.Tensor) -> torch.Tensor:
+    return (T + T.mT) / 2
+
+
+def _skew(T: torch.Tensor) -> torch.Tensor:
+    return (T - T.mT) / 2
+
+
+def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Frobenius inner product per matrix, shape ``(..., 1, 1)``."""
+    return (a * b).sum(dim=(-2, -1), keepdim=True)
+
+
+def _residual(W: torch.Tensor, Phi: torch.Tensor) -> torch.Tensor:
+    """``‖WᵀΦ + ΦᵀW‖_F`` per matrix (the tangent residual), accumulated in at least float32."""
+    T = W.mT @ Phi
+    T = T if T.dtype in (torch.float32, torch.float64) else T.float()
+    return torch.linalg.matrix_norm(T + T.mT)
+
+
+def _real(dtype: torch.dtype) -> torch.dtype:
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
+class _Reduced(NamedTuple):
+    """The reduction of ``(W, G)`` (thm-stiefel-reduction), n × n parts in float64."""
+
+    S: torch.Tensor  # [A]_sym
+    K: torch.Tensor  # [A]_skew
+    C: torch.Tensor  # G⊥ᵀG⊥
+    Gp: torch.Tensor  # G⊥ = G - WA, (..., m, n), dtype of G
+    sigma2: torch.Tensor  # ‖P_W(G)‖_F² / n, (..., 1, 1): the scale σ̄² of the problem
+    tangent_norm: torch.Tensor  # ‖P_W(G)‖_F = (‖K‖_F² + ‖G⊥‖_F²)^{1/2}, (...)
+
+
+def _reduce(W: torch.Tensor, G: torch.Tensor) -> _Reduced:
+    """Three m × n × n products: ``A = WᵀG``, ``G⊥ = G - WA`` and ``C = G⊥ᵀG⊥``. ``G⊥`` is formed
+    explicitly (not ``C = GᵀG - AᵀA``) so that a gradient almost normal to the manifold keeps an accurate
+    tangent part (the optimizer's eps rule reads ``‖P_W(G)‖_F``)."""
+    A = W.mT @ G
+    Gp = G - W @ A
+    C = _sym((Gp.mT @ Gp).to(WORK_DTYPE))
+    A = A.to(WORK_DTYPE)
+    n = W.shape[-1]
+    K = _skew(A)
+    trC = C.diagonal(dim1=-2, dim2=-1).sum(-1)
+    tangent2 = _dot(K, K)[..., 0, 0] + trC
+    # the scale of the problem is that of P_W(G): the normal part of G only shifts the multiplier
+    sigma2 = tangent2[..., None, None] / n
+    return _Reduced(_sym(A), K, C, Gp, sigma2, torch.sqrt(tangent2))
+
+
+def _exact_factor(red: _Reduced) -> torch.Tensor:
+    """``R`` with ``RᵀR = G⊥ᵀG⊥`` from a QR of ``G⊥`` (absolute accuracy ``u‖G‖``, not ``u‖G‖²``)."""
+    return torch.linalg.qr(red.Gp.to(WORK_DTYPE), mode="r").R
+
+
+class _Spectrum(NamedTuple):
+    V: torch.Tensor  # eigenvectors of M, (..., n, n)
+    lam: torch.Tensor  # eigenvalues of M (>= 0), (..., n)
+    s: torch.Tensor  # sqrt(lam + eps²), (..., n)
+
+
+def _spectrum(Y: torch.Tensor, red: _Reduced, eps2: torch.Tensor, R: torch.Tensor | None) -> _Spectrum:
+    """Eigen-decomposition of ``M = (Y+K)ᵀ(Y+K) + C``: by ``eigh`` of M, or (``R`` given, ``RᵀR = C``) by the
+    SVD of the stacked ``[Y + K; R]``, which resolves small eigenvalues to absolute accuracy ``u‖G‖`` instead
+    of ``u‖G‖²`` (needed near a singular optimum, where ``s ≈ ε``)."""
+    B = Y + red.K
+    if R is None:
+        lam, V = torch.linalg.eigh(B.mT @ B + red.C)
+    else:
+        _, sv, Vh = torch.linalg.svd(torch.cat([B, R], dim=-2), full_matrices=False)
+        lam, V = sv * sv, Vh.mT
+    lam = lam.clamp_min(0.0)
+    return _Spectrum(V, lam, torch.sqrt(lam + eps2[..., 0]))
+
+
+def _hessian_parts(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(c, d)`` with ``c_ij = 1/s_i + 1/s_j`` and ``d_ij = 1/((s_i + s_j) s_i s_j)`` (eq-stiefel-hessian)."""
+    si, sj = s[..., :, None], s[..., None, :]
+    c = 1.0 / si + 1.0 / sj
+    d = 1.0 / ((si + sj) * si * sj)
+    return c, d
+
+
+def _hessian_vector(h: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """Hessian of ``f_ε`` applied to a symmetric ``h``, all in the eigenbasis of M (eq-stiefel-hessian):
+    ``½ c∘h - ½ (T + Tᵀ)`` with ``E = hb + (hb)ᵀ``, ``F = d∘E``, ``T = F bᵀ``."""
+    E = h @ b
+    F = d * (E + E.mT)
+    T = F @ b.mT
+    return 0.5 * c * h - 0.5 * (T + T.mT)
+
+
+def _pcg(b: torch.Tensor, c: torch.Tensor, d: torch.Tensor, mu: torch.Tensor, rhs: torch.Tensor,
+         active: torch.Tensor, forcing: torch.Tensor, max_cg: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Preconditioned CG for the damped Newton system ``(Hess + μP) x = rhs`` with ``P = ½c`` (the diagonal
+    part of the Hessian, eq-stiefel-hessian), stopped when the preconditioned residual has dropped by
+    ``forcing`` (per matrix). Returns ``(x, model, products)`` with ``model = -⟨rhs, x⟩ + ½⟨x, (Hess+μP)x⟩``
+    (the damped quadratic model's change; ``-model`` is the predicted decrease)."""
+    P = 0.5 * c
+    hv = lambda h: _hessian_vector(h, b, c, d) + mu * P * h  # noqa: E731
+    x = torch.zeros_like(rhs)
+    r = rhs.clone()
+    z = r / ((1 + mu) * P)
+    p = z.clone()
+    rz = _dot(r, z)
+    target = forcing * forcing * rz
+    done = ~active[..., None, None]
+    products = 0
+    for _ in range(max_cg):
+        Ap = hv(p)
+        products += 1
+        pAp = _dot(p, Ap)
+        bad = ~(pAp > 0)  # rounding at a (numerically) singular Hessian
+        done = done | bad
+        alpha = torch.where(done, torch.zeros_like(rz), rz / torch.where(bad, torch.ones_like(pAp), pAp))
+        x = x + alpha * p
+        r = r - alpha * Ap
+        z = r / ((1 + mu) * P)
+        rz_new = _dot(r, z)
+        done = done | (rz_new <= target)
+        if bool(done.all()):
+            break
+        beta = torch.where(done, torch.zeros_like(rz), rz_new / torch.where(rz > 0, rz, torch.ones_like(rz)))
+        p = z + beta * p
+        rz = rz_new
+    # CG keeps its residual orthogonal to the search directions, so the model value is -½⟨rhs, x⟩; where
+    # CG made no progress at all, take the preconditioned gradient step (the fixed point's) instead
+    model = -0.5 * _dot(rhs, x)
+    stuck = (_dot(x, x) == 0) & active[..., None, None]
+    if bool(stuck.any()):
+        x = torch.where(stuck, rhs / ((1 + mu) * P), x)
+        model = torch.where(stuck, -_dot(rhs, x) + 0.5 * _dot(x, hv(x)), model)
+        products += 1
+    return x, model[..., 0, 0], products
+
+
+def _start(red: _Reduced, X0: torch.Tensor | None, warm: torch.Tensor | None) -> torch.Tensor:
+    """``Y₀ = [A]_sym + X0`` where warm (default everywhere if ``X0`` is given), else ``0`` (``X = -[A]_sym``)."""
+    if X0 is None:
+        return torch.zeros_like(red.S)
+    Y = red.S + X0.to(WORK_DTYPE)
+    return Y if warm is None else torch.where(warm[..., None, None], Y, torch.zeros_like(Y))
+
+
+def _newton(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: float, max_iter: int,
+            smoothing: float, max_cg: int, exact_residual: bool = True,
+            warm: torch.Tensor | None = None, trace: list | None = None, rank_aware: bool = True,
+            rank_rtol: float = 1e-6) -> StiefelSolution:
+    """Damped Newton–CG on the smoothed reduced dual ``f_ε`` (eq-stiefel-smoothing), with continuation in ε.
+
+    * Newton step: PCG on ``(Hess + μP)x = -∇f_ε`` in the eigenbasis of ``M`` (``_pcg``); the damping ``μ``
+      is a Levenberg–Marquardt trust parameter (ratio test ``ρ`` = actual / predicted decrease: accept if
+      ``ρ > 1e-4``; ``μ`` shrinks by 4 if ``ρ > 0.75``, grows to ``max(4μ, 0.01)`` if ``ρ < 0.25``). For
+      large ``μ`` the step tends to the fixed point's preconditioned gradient step.
+    * Continuation, where the start (or, later, once, an iterate) is near a singular ``M``
+      (``√λ_min < 0.1 σ̄``): ``ε`` starts at ``σ̄ · clamp(r, smoothing, 1e-2)`` (``r`` the residual then, so a
+      good warm start starts small) and drops by 100 whenever the residual is below ``ε/σ̄``, down to
+      ``smoothing · σ̄``; a sharp (non-smooth) optimum is reached along the smooth path of ``f_ε``.
+      Elsewhere ``ε = smoothing · σ̄`` throughout.
+    * Stop: residual <= ``tol`` at the final ``ε``, or ``max_iter`` outer iterations.
+    """
+    red = _reduce(W, G)
+    if rank_aware:
+        from svmuon.orthogonal.stiefel_rank import deficient_rank
+
+        A = red.S + red.K
+        if deficient_rank(G, A.mT @ A + red.C, rank_rtol):  # rank-deficient G: the row-space reduction (prop-stiefel-rank)
+            return _newton_deficient(W, G, X0, red, tol=tol, max_iter=max_iter, smoothing=smoothing, max_cg=max_cg,
+                                     exact_residual=exact_residual, warm=warm, trace=trace, rank_rtol=rank_rtol)
+    sigma2 = torch.where(red.sigma2 > 0, red.sigma2, torch.ones_like(red.sigma2))  # G = 0: Φ = 0 for any ε > 0
+    Y = _start(red, X0, warm)
+    eps_rel = torch.full(W.shape[:-2], smoothing, dtype=WORK_DTYPE, device=W.device)
+    eps2 = lambda: (eps_rel * eps_rel)[..., None, None] * sigma2  # noqa: E731
+    R = None
+    sp = _spectrum(Y, red, eps2(), R)
+    b = sp.V.mT @ (Y + red.K) @ sp.V
+    r0 = 2 * torch.linalg.matrix_norm(_sym(b / sp.s[..., None, :]))
+    sigma = torch.sqrt(sigma2[..., 0, 0])
+    # continuation only where the start is near a singular M (else ε = smoothing from the first step)
+    cont = sp.lam.amin(dim=-1).sqrt() < 0.1 * sigma
+    eps_rel = torch.where(cont, torch.clamp(torch.maximum(r0, eps_rel), max=max(1e-2, smoothing)), eps_rel)
+    sp = _Spectrum(sp.V, sp.lam, torch.sqrt(sp.lam + eps2()[..., 0]))
+    mu = torch.zeros_like(red.sigma2)
+    unit = torch.finfo(WORK_DTYPE).eps
+    factorizations, products, iterations = 1, 0, 0
+    t0 = time.perf_counter()
+    for iterations in range(max_iter + 1):
+        if R is None and _needs_svd(sp, eps2(), unit):
+            R = _exact_factor(red)
+            red = red._replace(C=R.mT @ R)
+            sp = _spectrum(Y, red, eps2(), R)
+            factorizations += 1
+        b = sp.V.mT @ (Y + red.K) @ sp.V
+        g = _sym(b / sp.s[..., None, :])  # ∇f_ε in the eigenbasis: [WᵀΦ_ε]_sym
+        r_norm = 2 * torch.linalg.matrix_norm(g)  # the tangent residual of Φ_ε(Y)
+        late = ~cont & (sp.lam.amin(dim=-1).sqrt() < 0.1 * sigma) & (r_norm > tol)
+        if bool(late.any()):  # heading for a singular optimum after all: continue from ε ~ residual, once
+            cont = cont | late
+            eps_rel = torch.where(late, torch.clamp(torch.maximum(r_norm, eps_rel), max=max(1e-2, smoothing)), eps_rel)
+            sp = _Spectrum(sp.V, sp.lam, torch.sqrt(sp.lam + eps2()[..., 0]))
+            g = _sym(b / sp.s[..., None, :])
+            r_norm = 2 * torch.linalg.matrix_norm(g)
+        shrink = (r_norm <= eps_rel) & (eps_rel > smoothing)
+        if bool(shrink.any()):  # next stage of the continuation for those matrices
+            eps_rel = torch.where(shrink, torch.clamp(eps_rel / 100, min=smoothing), eps_rel)
+            mu = torch.where(shrink[..., None, None], torch.zeros_like(mu), mu)
+            s = torch.sqrt(sp.lam + eps2()[..., 0])
+            sp = _Spectrum(sp.V, sp.lam, s)
+            g = _sym(b / s[..., None, :])
+            r_norm = 2 * torch.linalg.matrix_norm(g)
+        active = (r_norm > tol) | (eps_rel > smoothing)
+        _record(trace, t0, r_norm, iterations, 0, factorizations, products)
+        if iterations == max_iter or not bool(active.any()):
+            break
+        c, d = _hessian_parts(sp.s)
+        forcing = torch.clamp(r_norm, max=0.1)[..., None, None]  # quadratic: ‖step error‖ ~ r²
+        f0 = sp.s.sum(-1)
+        pending = active.clone()
+        for _ in range(20):  # trust (damping) adjustments; usually the first step is accepted
+            x, model, k = _pcg(b, c, d, mu, -g, pending, forcing, max_cg)
+            products += k
+            trial_Y = Y + sp.V @ x @ sp.V.mT
+            trial = _spectrum(trial_Y, red, eps2(), R)
+            factorizations += 1
+            actual = f0 - trial.s.sum(-1)
+            predicted = -model
+            rho = actual / torch.where(predicted > 0, predicted, torch.ones_like(predicted))
+            rho = torch.where(predicted > 0, rho, -torch.ones_like(rho))
+            negligible = (predicted.abs() <= 1e3 * unit * f0) & (actual >= -1e3 * unit * f0)
+            accept = pending & ((rho > 1e-4) | negligible)
+            m3 = pending[..., None, None]
+            mu = torch.where(m3 & (rho > 0.75)[..., None, None], torch.where(mu > 1e-3, mu / 4, torch.zeros_like(mu)), mu)
+            mu = torch.where(m3 & (rho < 0.25)[..., None, None], torch.clamp(4 * mu, min=1e-2), mu)
+            a2, a1 = accept[..., None, None], accept[..., None]
+            Y = torch.where(a2, trial_Y, Y)
+            sp = _Spectrum(torch.where(a2, trial.V, sp.V), torch.where(a1, trial.lam, sp.lam),
+                           torch.where(a1, trial.s, sp.s))
+            pending = pending & ~accept
+            if not bool(pending.any()):
+                break
+    X = Y - red.S
+    Sinv = (sp.V / sp.s[..., None, :]) @ sp.V.mT  # (M + ε²I)^{-1/2}
+    dt = G.dtype
+    Phi = G @ Sinv.to(dt) + W @ (X @ Sinv).to(dt)  # (G + WX)(M + ε²I)^{-1/2}
+    # the exact residual costs one more m × n × n product; the hot path reads the n × n value 2‖∇f_ε‖_F
+    residual = _residual(W, Phi) if exact_residual else r_norm.to(_real(dt))
+    mu_phi = sp.lam / (sp.lam + eps2()[..., 0])  # eigenvalues of ΦᵀΦ = S⁻¹MS⁻¹
+    return StiefelSolution(Phi, X, residual, iterations, bool((residual <= tol).all()), 0, products,
+                           factorizations, (sp.V, mu_phi), red.tangent_norm)
+
+
+def _newton_deficient(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, red: _Reduced, *, tol: float,
+                      max_iter: int, smoothing: float, max_cg: int, exact_residual: bool,
+                      warm: torch.Tensor | None, trace: list | None, rank_rtol: float) -> StiefelSolution:
+    """Matrix by matrix: the row-space reduction where it applies (:mod:`svmuon.orthogonal.stiefel_rank`),
+    else the general Newton; results stacked back into the batch."""
+    from svmuon.orthogonal.stiefel_rank import solve_deficient
+
+    batch = W.shape[:-2]
+    Wf, Gf = W.reshape(-1, *W.shape[-2:]), G.reshape(-1, *G.shape[-2:])
+    X0f = None if X0 is None else X0.reshape(-1, *X0.shape[-2:])
+    warmf = None if warm is None else warm.reshape(-1)
+    opts = dict(tol=tol, max_iter=max_iter, smoothing=smoothing, max_cg=max_cg, exact_residual=exact_residual)
+    sols = []
+    for i in range(Wf.shape[0]):
+        x0 = None if X0f is None or (warmf is not None and not bool(warmf[i])) else X0f[i]
+        sol = solve_deficient(Wf[i], Gf[i], x0, trace=trace, rank_rtol=rank_rtol, **opts)
+        if sol is None:
+            sol = _newton(Wf[i], Gf[i], x0, trace=trace, rank_aware=False, **opts)
+        sols.append(sol)
+    stack = lambda xs: torch.stack(xs).reshape(tuple(batch) + tuple(xs[0].shape))  # noqa: E731
+    eig = (stack([s.eig[0] for s in sols]), stack([s.eig[1] for s in sols]))
+    out = StiefelSolution(stack([s.Phi for s in sols]), stack([s.X.to(WORK_DTYPE) for s in sols]),
+                          stack([s.residual for s in sols]), max(s.iterations for s in sols),
+                          all(s.converged for s in sols), 0, sum(s.cg_iterations for s in sols),
+                          sum(s.factorizations for s in sols), eig, red.tangent_norm)
+    return out
+
+
+def _reduced_fixed_point(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: float,
+                         max_iter: int, smoothing: float, warm: torch.Tensor | None = None,
+                         trace: list | None = None) -> StiefelSolution:
+    """Su's fixed point in the reduced variables: ``Y <- L_S⁻¹(KS - SK)``, ``S = (M + ε²I)^{1/2}``, which is
+    the preconditioned gradient step ``Y <- Y - P⁻¹∇f_ε`` (``P = ½c`` in the eigenbasis; thm-fixed-point-pcg)."""
+    red = _reduce(W, G)
+    sigma2 = torch.where(red.sigma2 > 0, red.sigma2, torch.ones_like(red.sigma2))
+    eps2 = (smoothing * smoothing) * sigma2
+    Y = _start(red, X0, warm)
+    sp = _spectrum(Y, red, eps2, None)
+    factorizations = 1
+    t0 = time.perf_counter()
+    for iterations in range(max_iter + 1):
+        b = sp.V.mT @ (Y + red.K) @ sp.V
+        g = _sym(b / sp.s[..., None, :])
+        r_norm = 2 * torch.linalg.matrix_norm(g)
+        active = r_norm > tol
+        _record(trace, t0, r_norm, iterations, 0, factorizations, 0)
+        if iterations == max_iter or not bool(active.any()):
+            break
+        c, _ = _hessian_parts(sp.s)
+        Y = torch.where(active[..., None, None], Y - sp.V @ (g / (0.5 * c)) @ sp.V.mT, Y)
+        sp = _spectrum(Y, red, eps2, None)
+        factorizations += 1
+    X = Y - red.S
+    Sinv = (sp.V / sp.s[..., None, :]) @ sp.V.mT
+    Phi = G @ Sinv.to(G.dtype) + W @ (X @ Sinv).to(G.dtype)
+    residual = _residual(W, Phi)
+    return StiefelSolution(Phi, X, residual, iterations, bool((residual <= tol).all()), 0, 0, factorizations,
+                           (sp.V, sp.lam / (sp.lam + eps2[..., 0])), red.tangent_norm)
+
+
+def _record(trace: list | None, t0: float, residual: torch.Tensor, iteration: int, msign_calls: int,
+            factorizations: int, products: int) -> None:
+    """Append one point of a convergence history (only when the caller asked for one: it synchronises)."""
+    if trace is not None:
+        trace.append({"iteration": iteration, "seconds": time.perf_counter() - t0,
+                      "residual": float(residual.max()), "msign_calls": msign_calls,
+                      "factorizations": factorizations, "cg_products": products})
+
+
+def _needs_svd(sp: _Spectrum, eps2: torch.Tensor, unit: float) -> bool:
+    """True if some ``s² = λ + ε²`` sits within 1e6 rounding units of ``λ_max`` (eigh loses it there)."""
+    floor = 1e6 * unit * sp.lam.amax(dim=-1)
+    return bool(((sp.lam.amin(dim=-1) + eps2[..., 0, 0]) < floor).any())
+
+

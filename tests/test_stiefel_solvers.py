@@ -1,0 +1,294 @@
+"""Tests of svmuon.orthogonal.stiefel_solvers: the reduction, the solvers against the SDP answer key, bad input.
+
+Expected values come from independent routes: the nuclear norm and msign by SVD of the m × n matrix, finite
+differences for derivatives, and the semidefinite program of svmuon.orthogonal.references (cvxpy/CLARABEL,
+which parametrises the tangent space and never sees the dual, the reduction or a solver).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from svmuon.orthogonal import stiefel_solvers as ss
+from svmuon.orthogonal.references import stiefel_direction_sdp
+from svmuon.orthogonal.stiefel_solvers import reduced_dual, stiefel_direction, tangent_residual
+
+
+def _point(rng, m, n):
+    Q, R = np.linalg.qr(rng.standard_normal((m, n)))
+    return Q * np.sign(np.diag(R))
+
+
+def _svd_msign(Z):
+    U, s, Vt = np.linalg.svd(Z, full_matrices=False)
+    keep = s > 1e-12 * s[0]  # msign drops the null singular directions (a skew matrix of odd order has one)
+    return U[:, keep] @ Vt[keep]
+
+
+def _sdp(W, G):
+    with warnings.catch_warnings():  # CLARABEL reports "optimal_inaccurate" on degenerate (near-square) optima
+        warnings.simplefilter("ignore", UserWarning)
+        return stiefel_direction_sdp(W, G)
+
+
+def _cases():
+    """The issue's instances: 8×3, 12×5, 20×7, a near-square 16×15, a rank-deficient G, m = n."""
+    rng = np.random.default_rng(20261130)
+    out = {}
+    for m, n in [(8, 3), (12, 5), (20, 7), (16, 15)]:
+        out[f"{m}x{n}"] = (_point(rng, m, n), rng.standard_normal((m, n)))
+    W = _point(rng, 12, 5)
+    out["rank2_G_12x5"] = (W, rng.standard_normal((12, 2)) @ rng.standard_normal((2, 5)))
+    out["square_6x6"] = (_point(rng, 6, 6), rng.standard_normal((6, 6)))
+    out["square_5x5"] = (_point(rng, 5, 5), rng.standard_normal((5, 5)))
+    out["singular_7x5"] = (_point(rng, 7, 5), rng.standard_normal((7, 5)))  # odd m: a non-smooth optimum
+    return out
+
+
+CASES = _cases()
+
+
+# -- the reduction (thm-stiefel-reduction) ------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(8, 3), (20, 7), (16, 15), (6, 6)])
+def test_reduction_equals_nuclear_norm_and_msign(shape):
+    rng = np.random.default_rng(1)
+    W, G = _point(rng, *shape), rng.standard_normal(shape)
+    X = rng.standard_normal((shape[1], shape[1]))
+    X = X + X.T
+    value, Phi = reduced_dual(W, G, X)
+    Z = G + W @ X
+    # an SVD of the m × n matrix is the independent route; 1e-12 relative: a few dozen roundings of O(1) terms
+    assert value == pytest.approx(np.linalg.svd(Z, compute_uv=False).sum(), rel=1e-12)
+    np.testing.assert_allclose(Phi, _svd_msign(Z), rtol=0, atol=1e-11)
+
+
+def test_gradient_of_the_dual_is_sym_WtPhi():
+    # ∇_X ‖G + WX‖_* = [WᵀΦ]_sym against central differences (step 1e-6: error ~1e-12/1e-6 + 1e-12 ~ 1e-6)
+    rng = np.random.default_rng(2)
+    W, G = _point(rng, 12, 5), rng.standard_normal((12, 5))
+    X = rng.standard_normal((5, 5))
+    X = X + X.T
+    H = rng.standard_normal((5, 5))
+    H = H + H.T
+    _, Phi = reduced_dual(W, G, X)
+    grad = (W.T @ Phi + Phi.T @ W) / 2
+    h = 1e-6
+    fd = (reduced_dual(W, G, X + h * H)[0] - reduced_dual(W, G, X - h * H)[0]) / (2 * h)
+    assert np.sum(grad * H) == pytest.approx(fd, rel=1e-6)
+
+
+def test_hessian_vector_product_matches_differences_of_the_gradient():
+    # eq-stiefel-hessian in the eigenbasis of M against central differences of the gradient (rel 1e-6 as above)
+    torch.manual_seed(3)
+    W = torch.linalg.qr(torch.randn(12, 5, dtype=torch.float64))[0]
+    G = torch.randn(12, 5, dtype=torch.float64)
+    red = ss._reduce(W, G)
+    eps2 = torch.zeros(1, 1, dtype=torch.float64)
+    Y = ss._sym(torch.randn(5, 5, dtype=torch.float64))
+    H1, H2 = (ss._sym(torch.randn(5, 5, dtype=torch.float64)) for _ in range(2))
+
+    def grad(Yv):
+        sp = ss._spectrum(Yv, red, eps2, None)
+        Sinv = (sp.V / sp.s) @ sp.V.mT
+        return ss._sym((Yv + red.K) @ Sinv)
+
+    sp = ss._spectrum(Y, red, eps2, None)
+    b = sp.V.mT @ (Y + red.K) @ sp.V
+    c, d = ss._hessian_parts(sp.s)
+    hv = sp.V @ ss._hessian_vector(sp.V.mT @ H1 @ sp.V, b, c, d) @ sp.V.mT
+    h = 1e-6
+    fd = (grad(Y + h * H1) - grad(Y - h * H1)) / (2 * h)
+    assert float((H2 * hv).sum()) == pytest.approx(float((H2 * fd).sum()), rel=1e-6)
+
+
+# -- the answer key ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(CASES))
+def test_newton_reaches_the_sdp_optimum(name):
+    W, G = CASES[name]
+    _, value = _sdp(W, G)
+    sol = stiefel_direction(W, G, tol=1e-9, max_iter=200)
+    Phi = sol.Phi
+    # the issue's hard targets: objective within 1e-6 of the SDP (whose own accuracy is ~1e-9 relative),
+    # tangent residual <= 1e-8, ‖Φ‖₂ <= 1 + 1e-8
+    assert np.sum(G * Phi) == pytest.approx(value, rel=1e-6)
+    assert float(tangent_residual(W, Phi)) <= 1e-8
+    assert float(sol.residual) == pytest.approx(float(tangent_residual(W, Phi)), rel=1e-6, abs=1e-15)
+    assert np.linalg.norm(Phi, 2) <= 1 + 1e-8
+
+
+@pytest.mark.parametrize("method", ["fixed_point", "fixed_point_reduced", "dual_ascent"])
+@pytest.mark.parametrize("name", ["8x3", "12x5", pytest.param("20x7", marks=pytest.mark.slow)])
+def test_published_solvers_reach_the_sdp_optimum_on_tall_shapes(method, name):
+    W, G = CASES[name]
+    _, value = _sdp(W, G)
+    max_iter = 5000 if method == "dual_ascent" else 500  # dual ascent is a subgradient method: slow
+    sol = stiefel_direction(W, G, method=method, tol=1e-9, max_iter=max_iter)
+    assert sol.converged
+    assert np.sum(G * sol.Phi) == pytest.approx(value, rel=1e-6)
+    assert float(tangent_residual(W, sol.Phi)) <= 1e-8
+    assert np.linalg.norm(sol.Phi, 2) <= 1 + 1e-8
+
+
+def test_square_case_is_the_orthogonal_closed_form():
+    # m = n: Φ = W msign([WᵀG]_skew) (su2025orthogonal), by SVD; Newton's smoothed Φ differs by O(ε²) = 1e-12
+    for name in ("square_6x6", "square_5x5"):
+        W, G = CASES[name]
+        A = W.T @ G
+        closed = W @ _svd_msign((A - A.T) / 2)  # odd n: [WᵀG]_skew is singular
+        sol = stiefel_direction(W, G, tol=1e-9)
+        np.testing.assert_allclose(sol.Phi, closed, rtol=0, atol=1e-9)
+
+
+def test_square_trick_is_not_optimal_on_tall_shapes():
+    # the counterexample of the chapter: W msign([WᵀG]_skew) is feasible but strictly suboptimal for m > n
+    rng = np.random.default_rng(5)
+    W, G = _point(rng, 5, 3), rng.standard_normal((5, 3))
+    A = W.T @ G
+    naive = W @ _svd_msign((A - A.T) / 2)
+    _, value = _sdp(W, G)
+    assert float(tangent_residual(W, naive)) <= 1e-12
+    assert np.sum(G * naive) < value - 0.1  # a gap far above the SDP's accuracy
+
+
+def test_non_smooth_optimum_is_not_a_partial_isometry():
+    # at the singular 7 × 5 instance the SDP's optimum has a singular value strictly inside (0, 1), and so does
+    # Newton's: msign(G + WX) cannot be optimal there for any X (the chapter's non-uniqueness section)
+    W, G = CASES["singular_7x5"]
+    P_sdp, _ = _sdp(W, G)
+    sol = stiefel_direction(W, G, tol=1e-9, max_iter=200)
+    for P in (P_sdp, sol.Phi):
+        s = np.linalg.svd(P, compute_uv=False)
+        assert 0.05 < s.min() < 0.95
+    np.testing.assert_allclose(np.linalg.svd(sol.Phi, compute_uv=False), np.linalg.svd(P_sdp, compute_uv=False),
+                               atol=1e-3)  # the SDP's Φ is accurate to ~1e-4 in entries on this degenerate case
+
+
+# -- the solvers' structure ------------------------------------------------------------------------------------------
+def test_reduced_fixed_point_is_the_source_iteration():
+    # thm-fixed-point-pcg: Su's Lyapunov update (m × n, exact msign) and the preconditioned gradient step in
+    # the reduced variables give the same iterates (here after 1, 2 and 3 steps); 1e-10: rounding of both routes
+    rng = np.random.default_rng(6)
+    W, G = _point(rng, 20, 7), rng.standard_normal((20, 7))
+    for k in (1, 2, 3):
+        a = stiefel_direction(W, G, method="fixed_point", tol=1e-300, max_iter=k)
+        b = stiefel_direction(W, G, method="fixed_point_reduced", tol=1e-300, max_iter=k, smoothing=1e-300)
+        np.testing.assert_allclose(a.X, b.X, rtol=0, atol=1e-10)
+
+
+def test_warm_start_from_the_solution_needs_no_iteration():
+    W, G = CASES["12x5"]
+    sol = stiefel_direction(W, G, tol=1e-9)
+    again = stiefel_direction(W, G, tol=1e-9, X0=sol.X)
+    assert again.iterations == 0
+    near = stiefel_direction(W, G + 1e-3 * np.random.default_rng(7).standard_normal(G.shape), tol=1e-9, X0=sol.X)
+    assert near.iterations < sol.iterations
+
+
+def test_bounded_cost_and_honest_report_when_not_converged():
+    # near-square with a singular optimum, capped at 3 iterations: it stops, says so, and reports the true residual
+    W, G = CASES["singular_7x5"]
+    sol = stiefel_direction(W, G, tol=1e-12, max_iter=3)
+    assert sol.iterations == 3 and not sol.converged
+    assert float(sol.residual) == pytest.approx(float(tangent_residual(W, sol.Phi)), rel=1e-9)
+    assert float(sol.residual) > 1e-12
+    assert np.linalg.norm(sol.Phi, 2) <= 1 + 1e-12  # smoothing keeps ‖Φ‖₂ < 1 at every iterate
+
+
+def test_batched_equals_separate_and_types():
+    rng = np.random.default_rng(8)
+    W = np.stack([_point(rng, 9, 4) for _ in range(3)])
+    G = rng.standard_normal((3, 9, 4))
+    batch = stiefel_direction(torch.from_numpy(W), torch.from_numpy(G), tol=1e-10)
+    assert isinstance(batch.Phi, torch.Tensor) and batch.Phi.shape == (3, 9, 4) and batch.X.shape == (3, 4, 4)
+    for i in range(3):
+        one = stiefel_direction(W[i], G[i], tol=1e-10)
+        assert isinstance(one.Phi, np.ndarray)
+        np.testing.assert_allclose(batch.Phi[i].numpy(), one.Phi, rtol=0, atol=1e-9)
+
+
+def test_float32_input_gives_float32_output():
+    rng = np.random.default_rng(9)
+    W, G = _point(rng, 64, 16).astype(np.float32), rng.standard_normal((64, 16)).astype(np.float32)
+    sol = stiefel_direction(torch.from_numpy(W), torch.from_numpy(G), tol=1e-6)
+    assert sol.Phi.dtype == torch.float32
+    assert float(sol.residual) <= 1e-5  # fp32 assembly of Φ: ~ u₃₂ √(n²) rounding on top of the tolerance
+
+
+def test_zero_gradient_gives_zero_direction_and_normal_gradient_a_tiny_tangent_norm():
+    rng = np.random.default_rng(10)
+    W = _point(rng, 7, 3)
+    sol = stiefel_direction(W, np.zeros((7, 3)))
+    np.testing.assert_array_equal(sol.Phi, 0.0)
+    # a purely normal G = W S (S symmetric) has tangent part at rounding level: the solver still returns a unit
+    # direction for that noise (its problem is scale-free), and reports ‖P_W(G)‖_F, which the optimizer's eps
+    # rule uses to damp such a step (svmuon.optim.functional)
+    G = W @ np.diag([1.0, 2.0, 3.0])
+    sol = stiefel_direction(torch.from_numpy(W), torch.from_numpy(G))
+    assert float(sol.tangent_norm) <= 1e-14 * np.linalg.norm(G)
+
+
+# -- bad input ------------------------------------------------------------------------------------------------------
+def test_bad_input_gives_clear_errors():
+    rng = np.random.default_rng(11)
+    W, G = _point(rng, 6, 3), rng.standard_normal((6, 3))
+    with pytest.raises(ValueError, match="m >= n"):
+        stiefel_direction(W.T.copy(), G.T.copy())
+    with pytest.raises(ValueError, match="not a point of St"):
+        stiefel_direction(2 * W, G)
+    bad = G.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="G must be finite"):
+        stiefel_direction(W, bad)
+    with pytest.raises(ValueError, match="same matrix shape"):
+        stiefel_direction(W, G[:5])
+    with pytest.raises(ValueError, match="method must be one of"):
+        stiefel_direction(W, G, method="magic")
+    with pytest.raises(ValueError, match="tol"):
+        stiefel_direction(W, G, tol=0.0)
+    with pytest.raises(ValueError, match="X0 must be"):
+        stiefel_direction(W, G, X0=np.zeros((4, 4)))
+    with pytest.raises(TypeError, match="orthogonalize"):
+        stiefel_direction(W, G, method="fixed_point", orthogonalize=3)
+    with pytest.raises(TypeError, match="W must be"):
+        stiefel_direction([[1.0]], G)
+
+
+# -- rank-deficient gradients (prop-stiefel-rank) -----------------------------------------------------------------
+@pytest.mark.parametrize("shape,r", [((12, 5), 3), ((16, 15), 10), ((30, 10), 9)])
+def test_rank_deficient_gradient_reduces_to_its_row_space(shape, r):
+    rng = np.random.default_rng(12)
+    m, n = shape
+    W = _point(rng, m, n)
+    G = rng.standard_normal((m, r)) @ rng.standard_normal((r, n))
+    _, value = _sdp(W, G)
+    sol = stiefel_direction(W, G, tol=1e-9)
+    # the same optimum as the SDP, reached through the reduced problem on St(m, r) plus the completion
+    assert np.sum(G * sol.Phi) == pytest.approx(value, rel=1e-6)
+    assert float(tangent_residual(W, sol.Phi)) <= 1e-8
+    s = np.linalg.svd(sol.Phi, compute_uv=False)
+    assert s.max() <= 1 + 1e-8
+    # value of the reduced problem (W_R, G_R) on the row space equals the full one (independent solve)
+    _, Q = np.linalg.eigh(G.T @ G)
+    QR = Q[:, ::-1][:, :r]
+    reduced = stiefel_direction(W @ QR, G @ QR, tol=1e-10)
+    assert np.sum((G @ QR) * reduced.Phi) == pytest.approx(value, rel=1e-6)
+
+
+def test_rank_precheck_and_batched_mixture():
+    rng = np.random.default_rng(13)
+    W = np.stack([_point(rng, 10, 4) for _ in range(2)])
+    G = rng.standard_normal((2, 10, 4))
+    G[1] = rng.standard_normal((10, 2)) @ rng.standard_normal((2, 4))  # rank 2
+    from svmuon.orthogonal.stiefel_rank import deficient_rank
+
+    grams = torch.from_numpy(np.einsum("bij,bik->bjk", G, G))
+    assert not deficient_rank(torch.from_numpy(G[0]), grams[0])
+    assert deficient_rank(torch.from_numpy(G[1]), grams[1])
+    batch = stiefel_direction(W, G, tol=1e-10)
+    for i in range(2):
+        one = stiefel_direction(W[i], G[i], tol=1e-10)
+        np.testing.assert_allclose(batch.Phi[i], one.Phi, rtol=0, atol=1e-8)
