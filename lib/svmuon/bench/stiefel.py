@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds per measurement (the min is used)")
     parser.add_argument("--ratio-steps", type=int, default=10, help="timed optimizer steps (after 5 warm-up steps)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: comparable on a shared machine)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random test matrices (default 0)")
     parser.add_argument("--output", default=None, help="JSON path (default benchmarks/results/stiefel-cpu-<date>.json)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
