@@ -187,10 +187,10 @@ def train(method: str, lr: float, seed: int, data: dict, epochs: int, batch_size
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m svmuon.experiments stiefel-digits", description=describe(__doc__))
-    parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--methods", nargs="+", default=list(GRIDS), choices=list(GRIDS))
-    parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--epochs", type=int, default=30, help="training epochs per run (default 30)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds, one run per seed and method")
+    parser.add_argument("--methods", nargs="+", default=list(GRIDS), choices=list(GRIDS), help="optimizers to compare (default: all)")
+    parser.add_argument("--output", type=Path, default=None, help="JSON path (default experiments/results/stiefel-digits.json)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     data = load_digits_split()
