@@ -241,8 +241,9 @@ class Manifold:
             ``P_W(Z)``, the type of ``Z``, in the broadcast shape, dtype of ``Z``.
 
         Raises:
-            TypeError: non-float inputs. ValueError: bad shapes, non-finite entries, a result beyond the
-            dtype's range (``Z`` near its largest value).
+            TypeError: non-float inputs.
+            ValueError: bad shapes, non-finite entries, a result beyond the dtype's range (``Z`` near its
+                largest value).
         """
         from svmuon.orthogonal.msign import power_of_two_scale
 
@@ -302,8 +303,9 @@ class Manifold:
             The new point, the type, shape and dtype of ``W``.
 
         Raises:
-            TypeError: non-float inputs. ValueError: bad shapes, non-finite entries, a singular ``W + Ξ``
-            (only possible for a non-tangent or enormous ``Ξ``).
+            TypeError: non-float inputs.
+            ValueError: bad shapes, non-finite entries, a singular ``W + Ξ`` (only possible for a
+                non-tangent or enormous ``Ξ``).
 
         References:
             absil2008optimization (polar retraction), higham2008functions.

@@ -238,8 +238,9 @@ class Orthogonal(Manifold):
         Cheap drift control: two matmuls; if ``‖WᵀW - I‖ = ε`` before, it is ``≈ 3ε²/4`` after.
 
         Raises:
-            TypeError: non-float ``W``. ValueError: non-square, empty or non-finite ``W``, or a result beyond
-            the dtype's range (``W`` far from orthogonal: ``WᵀW`` or the product overflows).
+            TypeError: non-float ``W``.
+            ValueError: non-square, empty or non-finite ``W``, or a result beyond the dtype's range (``W``
+                far from orthogonal: ``WᵀW`` or the product overflows).
         """
         Wt, was_numpy = _matrix(W, "W")
         out, _ = self._stabilize(Wt.reshape(-1, *Wt.shape[-2:]), True)
