@@ -19,6 +19,8 @@ _EXPORTS = {
     "entropy_asymptotics": "svmuon.spectral.theory",
     "EntropyAsymptotics": "svmuon.spectral.theory",
     "entropy_density": "svmuon.spectral.small_n",
+    "tempered_softmax": "svmuon.spectral.level_set",
+    "spectrum_with_entropy": "svmuon.spectral.level_set",
     "entropy_statistics": "svmuon.spectral.monte_carlo",
     "EntropyStatistics": "svmuon.spectral.monte_carlo",
     "spectral_report": "svmuon.spectral.report",

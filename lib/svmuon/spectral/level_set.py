@@ -1,0 +1,168 @@
+"""Distributions and spectra with a prescribed entropy: the level set {p : H(p) = h} as a parametrisation.
+
+The experiment of chapter "Holding the entropy fixed" trains weight matrices whose singular-value entropy is
+held exactly at a target ``h`` (nats). It needs a map from free parameters onto the level set that is exact,
+differentiable and cheap. This module gives one, the *tempered softmax* (book eq. ``eq-tempered-softmax``):
+
+    p(z) = softmax(β z),   β = β(z, h) >= 0 the unique root of  H(softmax(β z)) = h,
+
+for a logit vector ``z`` in R^k that is not constant. Along β the entropy ``φ(β) = H(softmax(β z))`` is
+continuous and strictly decreasing, ``φ'(β) = -β Var_{p}(z) < 0`` for β > 0 (eq. ``eq-tempered-slope``),
+from ``φ(0) = log k`` to ``log #argmax z`` as β -> ∞; so every h in ``(log #argmax z, log k]`` has exactly one
+β, and ``H(p(z)) = h`` holds to the root's accuracy (below 1e-10 nats in float64, measured in the tests). The gradient follows
+from the implicit function theorem: differentiating ``φ(β(z), z) = h`` gives ``∂β/∂z = -(∂H/∂z)/φ'(β)``;
+the entropy of the output is constant in z, so its gradient vanishes exactly (tested by finite differences).
+
+A spectrum with entropy h in the book's normalisation with power ``r`` (``p_i = σ_i^r / Σ_j σ_j^r``, r = 1
+the book's default, r = 2 the energy normalisation) is then ``σ_i = c · p_i^{1/r}`` for any scale ``c > 0``.
+
+References: su2025entropy (the question of a fixed entropy), shannon1948mathematical, krantz2002implicit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from svmuon._validation import as_tensor, check_finite, check_float
+
+__all__ = ["tempered_softmax", "spectrum_with_entropy"]
+
+_NEWTON_STEPS = 40  # Newton's method from a bracketing grid: quadratic after a few steps; fixed count, no host sync
+
+
+def _entropy_at(beta: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(H(softmax(βz)), φ'(β) = -β Var_p(z))`` for β of shape ``(..., 1)``."""
+    logp = torch.log_softmax(beta * z, dim=-1)
+    p = logp.exp()
+    H = -(p * logp).sum(-1, keepdim=True)
+    mean = (p * z).sum(-1, keepdim=True)
+    var = (p * (z - mean) ** 2).sum(-1, keepdim=True)
+    return H, -beta * var
+
+
+def _solve_beta(z: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """The root β >= 0 of ``H(softmax(βz)) = h`` in float64, shape ``(..., 1)``; unchecked (h reachable)."""
+    z = z - z.amax(-1, keepdim=True)
+    spread = (-z.amin(-1, keepdim=True)).clamp_min(torch.finfo(z.dtype).tiny)
+    # bracket on a geometric grid of β·spread from 2^-20 to 2^60: φ decreases, so the root lies between the
+    # last grid point with φ >= h and the first with φ < h (or at 0)
+    grid = torch.exp2(torch.arange(-20, 61, dtype=z.dtype, device=z.device)) / spread  # (..., 81)
+    H_grid, _ = _entropy_at(grid.unsqueeze(-1), z.unsqueeze(-2))  # (..., 81, 1)
+    above = (H_grid.squeeze(-1) >= h).sum(-1, keepdim=True)  # grid points with φ >= h (a prefix)
+    lo = torch.where(above > 0, grid.gather(-1, (above - 1).clamp_min(0)), torch.zeros_like(h))
+    hi = grid.gather(-1, above.clamp_max(grid.shape[-1] - 1))
+    beta = (lo + hi) / 2
+    for _ in range(_NEWTON_STEPS):  # Newton, kept inside the bracket (bisection when it would leave it)
+        H, slope = _entropy_at(beta, z)
+        lo = torch.where(H >= h, beta, lo)
+        hi = torch.where(H < h, beta, hi)
+        newton = beta - (H - h) / torch.where(slope < 0, slope, torch.full_like(slope, -1.0))
+        inside = (newton > lo) & (newton < hi) & (slope < 0)
+        beta = torch.where(inside, newton, (lo + hi) / 2)
+    return beta
+
+
+def _tempered_softmax(z: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """Unchecked kernel: ``softmax(β(z, h) z)`` with the implicit-function gradient, float64 ``z``."""
+    z = z - z.detach().amax(-1, keepdim=True)  # softmax is shift-invariant; keeps βz <= 0 (no overflow)
+    with torch.no_grad():
+        beta0 = _solve_beta(z, h)
+        beta0 = torch.where(h >= math.log(z.shape[-1]), torch.zeros_like(beta0), beta0)  # uniform: β = 0 exactly
+    H, slope = _entropy_at(beta0, z)  # differentiable in z
+    degenerate = slope.detach() >= 0  # β = 0 (h = log k): the uniform distribution, constant in z
+    denom = torch.where(degenerate, torch.ones_like(slope), slope.detach())
+    # value β0 (H = h there); gradient -(∂H/∂z)/φ'(β): the implicit function theorem (eq-tempered-slope)
+    beta = beta0 + torch.where(degenerate, torch.zeros_like(H), -(H - H.detach()) / denom)
+    return torch.softmax(beta * z, dim=-1)
+
+
+def _check_level(z: torch.Tensor, h: Any) -> torch.Tensor:
+    if isinstance(h, bool) or not isinstance(h, (int, float, np.floating, np.integer, np.ndarray, torch.Tensor)):
+        raise TypeError(f"h must be a real number (nats), an array or a tensor, got {type(h).__name__}")
+    if isinstance(h, np.ndarray) and not np.issubdtype(h.dtype, np.number):
+        raise TypeError(f"h must hold real numbers, got an array of dtype {h.dtype}")
+    h_t = torch.as_tensor(h, dtype=torch.float64, device=z.device)
+    if not torch.isfinite(h_t).all():
+        raise ValueError(f"h must be finite, got {h!r}")
+    try:
+        h_t = torch.broadcast_to(h_t, z.shape[:-1]).unsqueeze(-1)
+    except RuntimeError:
+        raise ValueError(f"h of shape {tuple(h_t.shape)} does not broadcast to z's batch shape {tuple(z.shape[:-1])}") from None
+    k = z.shape[-1]
+    top = (z == z.amax(-1, keepdim=True)).sum(-1, keepdim=True).to(torch.float64)
+    low, high = torch.log(top), math.log(k)
+    bad = (h_t > high + 1e-12) | (h_t <= low) & (h_t < high)
+    if bad.any():
+        i = int(bad.flatten().nonzero()[0])
+        raise ValueError(f"h = {float(h_t.flatten()[i])!r} nats is not reachable from z: softmax(βz) over β >= 0 has "
+                         f"entropies in (log #argmax z, log k] = ({float(low.flatten()[i]):.6g}, {high:.6g}]")
+    return h_t.clamp_max(high)
+
+
+def tempered_softmax(z: Any, h: Any) -> torch.Tensor | np.ndarray:
+    """The distribution ``softmax(β z)`` on the entropy level set ``{H(p) = h}`` (book eq. eq-tempered-softmax).
+
+    Args:
+        z: logits, shape ``(..., k)`` with k >= 1, float32 or float64 (torch or NumPy), finite. Only the
+            direction of ``z`` matters up to a shift and a positive scale.
+        h: target Shannon entropy in nats, a number, array or tensor broadcasting to ``z.shape[:-1]``; must lie in
+            ``(log #argmax z, log k]`` (``h = log k`` gives the uniform distribution).
+
+    Returns:
+        ``p`` of ``z``'s shape, dtype, device and container, with ``Σ p = 1`` and ``H(p) = h`` to within
+        1e-10 nats (float64; float32 output rounds p to ~1e-7 relative). Differentiable in ``z`` (torch):
+        the gradient is exact (implicit function theorem, eq. eq-tempered-slope); ``h`` receives none.
+
+    Raises:
+        TypeError: ``z`` not a float tensor/array, ``h`` not a number or tensor.
+        ValueError: ``z`` without a last axis or non-finite; ``h`` non-finite, of a non-broadcasting shape,
+            or outside ``(log #argmax z, log k]``.
+
+    References:
+        su2025entropy; the chapter "Holding the entropy fixed".
+    """
+    t, was_numpy = as_tensor(z, "z")
+    check_float(t, "z")
+    if t.ndim < 1 or t.shape[-1] < 1:
+        raise ValueError(f"z must have a last axis of length k >= 1, got shape {tuple(t.shape)}")
+    check_finite(t, "z")
+    h_t = _check_level(t.detach().to(torch.float64), h)
+    p = _tempered_softmax(t.to(torch.float64), h_t).to(t.dtype)
+    return p.detach().cpu().numpy() if was_numpy else p
+
+
+def spectrum_with_entropy(z: Any, h: Any, scale: Any = 1.0, power: float = 1) -> torch.Tensor | np.ndarray:
+    """Singular values ``σ = scale · p^{1/power}``, ``p = tempered_softmax(z, h)``: entropy exactly ``h``.
+
+    The normalised spectrum ``σ^power / Σ σ^power`` equals ``p``, so the singular-value entropy of any
+    ``U diag(σ) Vᵀ`` with orthonormal ``U, V`` is ``h`` (``singular_value_entropy(..., power=power)``).
+
+    Args:
+        z: logits, shape ``(..., k)``, as in :func:`tempered_softmax`.
+        h: target entropy in nats, as in :func:`tempered_softmax`.
+        scale: positive overall scale ``c`` (number or tensor broadcasting to ``z.shape[:-1] + (1,)``);
+            differentiable when a tensor.
+        power: the normalisation power r, 1 (book default, ``p ∝ σ``) or 2 (``p ∝ σ²``), any r > 0.
+
+    Returns:
+        ``σ`` of ``z``'s shape, dtype and container, sorted as ``z`` is (largest logit, largest σ).
+
+    Raises:
+        ValueError: as :func:`tempered_softmax`; ``power <= 0``; a non-positive ``scale``.
+        TypeError: as :func:`tempered_softmax`.
+    """
+    from svmuon.spectral.spectrum import _check_power
+
+    r = _check_power(power)
+    t, was_numpy = as_tensor(z, "z")
+    check_float(t, "z")
+    s = torch.as_tensor(scale, dtype=t.dtype, device=t.device)
+    if not torch.isfinite(s).all() or (s <= 0).any():
+        raise ValueError(f"scale must be positive and finite, got {scale!r}")
+    p = tempered_softmax(t, h)
+    sigma = s * p ** (1.0 / r)
+    return sigma.detach().cpu().numpy() if was_numpy else sigma
