@@ -1,7 +1,7 @@
 """The exact mean Rényi entropy E[H_q(p)] of a uniform point p of the simplex, for every order q in [0, ∞].
 
-Book chapter "Rényi entropies and the spread", theorem ``thm-renyi-mean``. With x_i i.i.d. Exp(1),
-S = Σ x_i ~ Gamma(n, 1) and T_q = Σ x_i^q (theorem ``thm-exp-simplex``)::
+Book chapter "Rényi entropies and the spread", ``thm-renyi-mean``. With x_i i.i.d. Exp(1),
+S = Σ x_i ~ Gamma(n, 1) and T_q = Σ x_i^q (``thm-exp-simplex``)::
 
     E[H_q] = (q E[log S] - E[log T_q]) / (q - 1),   E[log S] = ψ(n),
 
