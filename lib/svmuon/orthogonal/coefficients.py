@@ -48,7 +48,14 @@ __all__ = [
 
 Triple = tuple[float, float, float]
 
-#: Named schedules -> (references.bib keys, one-line provenance).
+#: The named schedules, name -> (its sources as ``references.bib`` keys, a one-line provenance), plain
+#: strings for ``help()`` and logs. ``"cubic"``: the classic Newton–Schulz map p(x) = (3x - x³)/2
+#: (bjorck1971iterative, higham2008functions); ``"keller_jordan"``: the Muon quintic
+#: (3.4445, -4.7750, 2.0315), which does not converge (jordan2024muon); ``"polar_express"``: greedy minimax
+#: quintics on [1e-3, 1] with cushion 0.02407 and safety factor 1.01 (amsel2025polar). The module docstring
+#: describes each.
+#:
+#: :meta hide-value:
 SCHEDULES: dict[str, tuple[str, str]] = {
     "cubic": ("bjorck1971iterative, higham2008functions", "classic Newton–Schulz p(x) = (3x - x³)/2"),
     "keller_jordan": ("jordan2024muon", "Muon quintic (3.4445, -4.7750, 2.0315); does not converge"),

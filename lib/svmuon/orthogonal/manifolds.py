@@ -168,7 +168,7 @@ class Orthogonal(Manifold):
     def skew_direction(self, W: Any, G: Any) -> Any:
         """``O = msign([WᵀG]_skew)``, the factor with ``Φ = W O`` (eq-orth-direction); exactly skew.
 
-        msign maps skew matrices to skew matrices (the book's theorem ``thm-skew-msign``); the returned
+        msign maps skew matrices to skew matrices (the book's ``thm-skew-msign``); the returned
         matrix is re-projected with ``[·]_skew`` so that rounding (or a bf16 Newton–Schulz) cannot leave a
         symmetric residue, which would move ``W`` off the group at first order in η.
 

@@ -6,7 +6,7 @@ steepest-ascent direction under the spectral norm solves (book equation ``eq-sti
     max tr(GᵀΦ)   s.t.   ‖Φ‖₂ <= 1,   WᵀΦ + ΦᵀW = 0.
 
 Its Lagrange dual is ``min over symmetric X of ‖G + WX‖_*`` (``eq-stiefel-dual``, strong duality holds).
-The book's reduction (theorem ``thm-stiefel-reduction``) makes that an n × n problem: with
+The book's reduction (``thm-stiefel-reduction``) makes that an n × n problem: with
 
     A = WᵀG,  K = [A]_skew,  G⊥ = G - WA,  C = G⊥ᵀG⊥,  Y = [A]_sym + X,  M = (Y + K)ᵀ(Y + K) + C,
 

@@ -1,8 +1,9 @@
 """Shannon and Rényi entropies of distributions and of normalised spectra; effective and stable rank.
 
-All entropies are in nats. For a distribution p on k points and an order q in [0, ∞] (book eq. ``eq-renyi``)::
+All entropies are in nats. For a distribution p on k points and an order q in [0, ∞] (book eq. ``eq-renyi``;
+the Shannon entropy H_1, the limit q -> 1, is book eq. ``eq-shannon``)::
 
-    H_q(p) = log(Σ_i p_i^q) / (1 - q),   H_1 = -Σ_i p_i log p_i   (eq-shannon, the limit q -> 1),
+    H_q(p) = log(Σ_i p_i^q) / (1 - q),   H_1 = -Σ_i p_i log p_i   (the limit q -> 1),
     H_0 = log #{i : p_i > 0},            H_∞ = -log max_i p_i,    with 0 · log 0 = 0.
 
 Near q = 1 the formula is evaluated as ``-log1p(Σ p_i expm1((q-1) log p_i)) / (q-1)``: every term has the

@@ -1,7 +1,7 @@
 """Streaming Monte Carlo statistics of the entropy of a uniformly random distribution p ~ Unif(Δ^{n-1}).
 
 :func:`entropy_statistics` draws ``samples`` points of the simplex as normalised Exp(1) vectors (book
-theorem ``thm-exp-simplex``), computes the Rényi entropy H_q of each, and keeps only running summaries:
+``thm-exp-simplex``), computes the Rényi entropy H_q of each, and keeps only running summaries:
 the count, the mean and the central sums Σ(h - mean)^k for k = 2..6 (merged chunk by chunk with the
 pairwise formulas of Chan et al. / Pébay, in float64) and a fixed-edge histogram. Memory is therefore
 bounded by the chunk size, whatever ``samples`` is, and the standard errors of the mean, the variance and

@@ -1,14 +1,15 @@
 """The exact mean Rényi entropy E[H_q(p)] of a uniform point p of the simplex, for every order q in [0, ∞].
 
-Book chapter "Rényi entropies and the spread", theorem ``thm-renyi-mean``. With x_i i.i.d. Exp(1),
-S = Σ x_i ~ Gamma(n, 1) and T_q = Σ x_i^q (theorem ``thm-exp-simplex``)::
+Book chapter "Rényi entropies and the spread", ``thm-renyi-mean``. With x_i i.i.d. Exp(1),
+S = Σ x_i ~ Gamma(n, 1) and T_q = Σ x_i^q (``thm-exp-simplex``)::
 
     E[H_q] = (q E[log S] - E[log T_q]) / (q - 1),   E[log S] = ψ(n),
 
 and Frullani's integral log a = ∫_0^∞ (e^{-t} - e^{-ta}) dt / t turns E[log T_q] into one integral over t of
-the n-th power of the Laplace transform φ_q(t) = E[exp(-t x^q)] (the terms of T_q are independent)::
+the n-th power of the Laplace transform φ_q(t) = E[exp(-t x^q)] (the terms of T_q are independent; book
+eq. ``eq-frullani-mean``)::
 
-    E[log T_q] = ∫_0^∞ (e^{-t} - φ_q(t)^n) dt / t                                   (eq-frullani-mean)
+    E[log T_q] = ∫_0^∞ (e^{-t} - φ_q(t)^n) dt / t
 
 Two forms of it are evaluated, both by the trapezoid rule after an exponential change of variable (the
 integrands are analytic in a strip around the real line and decay exponentially at both ends, so the rule

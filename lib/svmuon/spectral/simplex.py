@@ -1,6 +1,6 @@
 """Uniform sampling of the probability simplex Δ^{n-1} = {p in R^n : p_i >= 0, Σ p_i = 1}.
 
-If x_1, ..., x_n are i.i.d. Exp(1), then p = x / Σ_j x_j is uniform on Δ^{n-1} (book theorem
+If x_1, ..., x_n are i.i.d. Exp(1), then p = x / Σ_j x_j is uniform on Δ^{n-1} (book
 ``thm-exp-simplex``): the joint density e^{-Σ x_i} depends on x only through its "length" Σ x_i, just as
 the Gaussian density depends only on ‖x‖ and so makes x / ‖x‖ uniform on the sphere. This is the flat
 Dirichlet(1, ..., 1) distribution, drawn without naming it.

@@ -1,14 +1,16 @@
 """The exact density ρ(h) of the Shannon entropy of a uniform point of the simplex, for n = 2 and n = 3.
 
-Book chapter "The typical entropy", section "Small n: where is the density largest?" (theorem
-``thm-small-n-density``). For n = 2 the point is (t, 1 - t) with t uniform on [0, 1], and::
+Book chapter "The typical entropy", section "Small n: where is the density largest?"
+(``thm-small-n-density``). For n = 2 the point is (t, 1 - t) with t uniform on [0, 1], and (book eq.
+``eq-density-n2``)::
 
-    ρ_2(h) = 2 / |H'(t)| = 1 / atanh(2ε),   h = H(1/2 - ε),   0 < h < log 2,     (eq-density-n2)
+    ρ_2(h) = 2 / |H'(t)| = 1 / atanh(2ε),   h = H(1/2 - ε),   0 < h < log 2,
 
 which increases to +∞ at h = log 2 (like (log 2 - h)^{-1/2}). For n = 3, condition on c = p_3 ~ Beta(1, 2): the
-grouping rule H(p) = h_b(c) + (1 - c) H(p_1/(1-c), p_2/(1-c)) with an independent uniform point of Δ^1 gives::
+grouping rule H(p) = h_b(c) + (1 - c) H(p_1/(1-c), p_2/(1-c)) with an independent uniform point of Δ^1 gives
+(book eq. ``eq-density-n3``)::
 
-    ρ_3(h) = 2 ∫_0^1 ρ_2((h - h_b(c)) / (1 - c)) dc,                                  (eq-density-n3)
+    ρ_3(h) = 2 ∫_0^1 ρ_2((h - h_b(c)) / (1 - c)) dc,
 
 h_b the binary entropy (ρ_2 = 0 outside (0, log 2)). Its value at the top is ρ_3(log 3) = 4π/(3√3)
 (the area of the ellipse {log 3 - H <= ε} grows like that multiple of ε).
@@ -171,7 +173,7 @@ def entropy_density(h: Any, n: int) -> float | np.ndarray:
 
     n = 2: ρ_2(h) = 1/atanh(2ε) with h = H(1/2 - ε) (eq. ``eq-density-n2``), increasing on (0, log 2) and
     infinite at h = log 2. n = 3: ρ_3(h) = 2 ∫_0^1 ρ_2((h - h_b(c))/(1 - c)) dc (eq. ``eq-density-n3``), with
-    ρ_3(log 3) = 4π/(3√3) ≈ 2.418 (returned at h = log 3). Both are largest at h = log n (book theorem
+    ρ_3(log 3) = 4π/(3√3) ≈ 2.418 (returned at h = log 3). Both are largest at h = log n (book
     ``thm-small-n-density``); for n >= 4 the density vanishes at log n and its mode lies inside (use
     :func:`svmuon.spectral.monte_carlo.entropy_statistics` there).
 

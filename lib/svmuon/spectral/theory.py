@@ -127,11 +127,11 @@ def mean_field_entropy(n: Any, q: Any = 1.0) -> float | np.ndarray:
 def expected_entropy(n: Any, q: Any = 1.0) -> float | np.ndarray:
     """Exact mean Rényi entropy E[H_q(p)] of p uniform on Δ^{n-1}, for every order q in [0, ∞].
 
-    * q = 1 (Shannon): E[H] = ψ(n+1) - ψ(2) = H_n - 1 (H_n the n-th harmonic number), book theorem
+    * q = 1 (Shannon): E[H] = ψ(n+1) - ψ(2) = H_n - 1 (H_n the n-th harmonic number), book
       ``thm-exact-mean`` (equation ``eq-exact-mean``): each p_i ~ Beta(1, n-1) and E[p log p] = (ψ(2) -
       ψ(n+1)) / n. E[H] = log n - (1 - γ) + 1/(2n) - 1/(12 n²) + O(n^-4).
     * q = 0: log n (every p_i > 0 almost surely).
-    * every other q, q = ∞ included: book theorem ``thm-renyi-mean``, E[H_q] = (q ψ(n) - E[log Σ x_i^q]) /
+    * every other q, q = ∞ included: book ``thm-renyi-mean``, E[H_q] = (q ψ(n) - E[log Σ x_i^q]) /
       (q - 1) with x_i ~ Exp(1), and E[log Σ x_i^q] as one integral over t of the n-th power of
       φ_q(t) = E[exp(-t x^q)] (Frullani's integral, eq. ``eq-frullani-mean``); at q = ∞ this is
       ψ(n) - E[log max_i x_i]. Evaluated by ``svmuon.spectral.renyi_mean`` to about 1e-14 relative
