@@ -316,8 +316,11 @@ class Manifold:
         Xt, _ = as_matrix(Xi, "Xi")
         self._require_shape(Wt, "W")
         check_pair(Wt, "W", Xt, "Xi", into=True)
-        out = msign(Wt + Xt.to(Wt.dtype), method="svd", rcond=0.0)
-        if bool((self.defect(out) > 0.5).any()):  # a dropped direction leaves |WᵀW - I| = 1 somewhere
+        S = Wt + Xt.to(Wt.dtype)
+        out = msign(S, method="svd", rcond=0.0)
+        sv = torch.linalg.svdvals(S)  # singular in W's dtype: LAPACK may return rounding noise, not 0, for the
+        numerically_singular = (sv[..., -1] <= sv[..., 0] * max(S.shape[-2:]) * torch.finfo(S.dtype).eps)  # lost σ
+        if bool((self.defect(out) > 0.5).any() or numerically_singular.any()):  # a dropped direction: |WᵀW - I| = 1
             raise ValueError("retract: W + Xi is singular (in W's dtype), so it has no unique nearest point; Xi must "
                              "be a tangent vector of modest size (for tangent Xi, W + Xi is always invertible)")
         return out.numpy() if was_numpy else out
