@@ -161,6 +161,7 @@ class FixedEntropyLinear(torch.nn.Module):
         return self.log_scale.exp() * self._p().to(self.U.dtype) ** (1.0 / self.power)
 
     def weight(self) -> torch.Tensor:
+        """``W = U diag(σ) Vᵀ``, shape ``(n_out, n_in)``, differentiable in ``U, V, z, c``."""
         return (self.U * self.sigma()) @ self.V.T
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
