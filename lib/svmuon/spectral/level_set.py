@@ -130,8 +130,9 @@ def tempered_softmax(z: Any, h: Any) -> torch.Tensor | np.ndarray:
     """The distribution ``softmax(β z)`` on the entropy level set ``{H(p) = h}`` (book eq. eq-tempered-softmax).
 
     Args:
-        z: logits, shape ``(..., k)`` with k >= 1, float32 or float64 (torch or NumPy), finite. Only the
-            direction of ``z`` matters up to a shift and a positive scale.
+        z: logits, shape ``(..., k)`` with k >= 1, float16, bfloat16, float32 or float64 (torch or NumPy; the
+            root is always found in float64 and ``p`` rounded to z's dtype), finite, on any device. Only the
+            direction of ``z`` matters up to a shift and a positive scale (1e-310 or 1e308 logits are fine).
         h: target Shannon entropy in nats, a number, array or tensor broadcasting to ``z.shape[:-1]``; must lie in
             ``(log #argmax z, log k]`` (``h = log k`` gives the uniform distribution).
 
