@@ -82,7 +82,8 @@ def _solve_beta(z: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         lo = torch.where(H >= h, beta, lo)
         hi = torch.where(H < h, beta, hi)
         newton = beta - (H - h) / torch.where(slope < 0, slope, torch.full_like(slope, -1.0))
-        inside = (newton > lo) & (newton < hi) & (slope < 0)
+        # closed bracket: at an exact root (H = h, so lo = β = newton) a strict test bisected away from it
+        inside = (newton >= lo) & (newton <= hi) & (slope < 0)
         beta = torch.where(inside, newton, (lo + hi) / 2)
     return beta
 
