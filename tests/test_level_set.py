@@ -217,3 +217,17 @@ def test_gradcheck_is_not_flaky_after_the_bracket_fix(seed):
     torch.manual_seed(seed)
     z = torch.randn(6, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda z: tempered_softmax(z, 0.3), (z,), eps=1e-6, atol=1e-6)
+
+
+def test_float32_log_k_target_and_clear_messages():
+    """float32(log 2) lies 1.9e-9 above log 2 and was refused as unreachable; a constant z's message said
+    the empty interval (log k, log k]; a huge integer h raised a bare OverflowError."""
+    z = torch.tensor([[1.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    p = tempered_softmax(z, torch.tensor([0.5, math.log(2)], dtype=torch.float32))
+    assert torch.allclose(p[1], torch.full((2,), 0.5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="constant z gives only"):
+        tempered_softmax(z, torch.tensor([0.5, 0.6]))
+    with pytest.raises(ValueError, match="h must be finite"):
+        tempered_softmax(z, 10**400)
+    with pytest.raises(ValueError, match="not reachable"):  # still refused beyond float32 rounding
+        tempered_softmax(z, torch.tensor([0.5, math.log(2) + 1e-5], dtype=torch.float32))

@@ -109,7 +109,14 @@ def _check_level(z: torch.Tensor, h: Any) -> torch.Tensor:
         raise TypeError(f"h must hold real numbers, got an array of dtype {h.dtype}")
     if isinstance(h, torch.Tensor) and (h.is_complex() or h.dtype == torch.bool):
         raise TypeError(f"h must hold real numbers, got a tensor of dtype {h.dtype}")
-    h_t = torch.as_tensor(h, dtype=torch.float64, device=z.device)
+    try:
+        h_t = torch.as_tensor(h, dtype=torch.float64, device=z.device)
+    except OverflowError:
+        raise ValueError(f"h must be finite, got an integer too large for float64: {h!r}") from None
+    # h rounded to its own dtype may land just above log k (float32 log 64 = log 64 + 4e-8): tolerate that
+    h_eps = torch.finfo(h.dtype).eps if isinstance(h, torch.Tensor) and h.is_floating_point() else (
+        np.finfo(h.dtype).eps if isinstance(h, (np.ndarray, np.floating)) and np.issubdtype(h.dtype, np.floating)
+        else 0.0)
     if not torch.isfinite(h_t).all():
         raise ValueError(f"h must be finite, got {h!r}")
     try:
@@ -119,9 +126,12 @@ def _check_level(z: torch.Tensor, h: Any) -> torch.Tensor:
     k = z.shape[-1]
     top = (z == z.amax(-1, keepdim=True)).sum(-1, keepdim=True).to(torch.float64)
     low, high = torch.log(top), math.log(k)
-    bad = (h_t > high + 1e-12) | (h_t <= low) & (h_t < high)
+    bad = (h_t > high + max(1e-12, 4 * h_eps * high)) | (h_t <= low) & (h_t < high)
     if bad.any():
         i = int(bad.flatten().nonzero()[0])
+        if float(low.flatten()[i]) == high:
+            raise ValueError(f"h = {float(h_t.flatten()[i])!r} nats is not reachable from z: a constant z gives only "
+                             f"the uniform distribution, h = log k = {high:.6g}")
         raise ValueError(f"h = {float(h_t.flatten()[i])!r} nats is not reachable from z: softmax(βz) over β >= 0 has "
                          f"entropies in (log #argmax z, log k] = ({float(low.flatten()[i]):.6g}, {high:.6g}]")
     return h_t.clamp_max(high)
