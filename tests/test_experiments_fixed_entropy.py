@@ -108,7 +108,8 @@ def test_repeated_seeds_run_each_point_once(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(fe, "load_task", lambda task, chars=fe.TEXT_CHARS: {"info": {}})
     monkeypatch.setattr(fe, "train", lambda task, data, method, lr, seed, **kw: calls.append((method, seed)) or
-                        {"method": method, "delta": kw.get("delta", 0.0), "power": kw.get("power", 1), "seed": seed, "val_loss": 1.0,
+                        {"method": method, "delta": kw.get("delta", 0.0), "power": kw.get("power", 1), "seed": seed,
+                         "val_loss": 1.0,
                          "val_acc": 0.5, "lr": lr, "seconds": 0.0})
     doc = fe.run_task("digits", tmp_path / "f.json", seeds=[0, 0], deltas=(0.5, 0.5), powers=[1, 1.0],
                       square_seeds=1, tune=False)

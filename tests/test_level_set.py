@@ -171,8 +171,9 @@ def test_gradient_near_log_k_against_wide_finite_differences():
     w = torch.arange(k, dtype=torch.float64)
     (grad,) = torch.autograd.grad((tempered_softmax(z, h) * w).sum(), z)
     eps = 1e-3
-    fd = torch.stack([((tempered_softmax(z.detach() + eps * e, h) - tempered_softmax(z.detach() - eps * e, h)) * w).sum()
-                      / (2 * eps) for e in torch.eye(k, dtype=torch.float64)])
+    f = lambda v: float((tempered_softmax(v, h) * w).sum())  # noqa: E731
+    fd = torch.tensor([(f(z.detach() + eps * e) - f(z.detach() - eps * e)) / (2 * eps)
+                       for e in torch.eye(k, dtype=torch.float64)], dtype=torch.float64)
     assert torch.allclose(fd, grad, rtol=1e-3, atol=1e-9)
 
 

@@ -206,7 +206,8 @@ def spectrum_with_entropy(z: Any, h: Any, scale: Any = 1.0, power: float = 1) ->
     r = _check_power(power)
     t, was_numpy = as_tensor(z, "z")
     check_float(t, "z")
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer, np.ndarray, torch.Tensor)):
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer, np.ndarray,
+                                                         torch.Tensor)):
         raise TypeError(f"scale must be a positive number, an array or a tensor, got {type(scale).__name__}")
     if (isinstance(scale, np.ndarray) and scale.dtype.kind not in "fiu") or (
             isinstance(scale, torch.Tensor) and (scale.is_complex() or scale.dtype == torch.bool)):
