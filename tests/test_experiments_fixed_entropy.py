@@ -73,3 +73,73 @@ def test_smoke_both_tasks(tmp_path):
     for task in ("digits", "text"):
         doc = json.loads((tmp_path / f"fixed-entropy-{task}.json").read_text())
         assert len(doc["runs"]) == 5 and doc["task"] == task
+
+
+# ------------------------------------------------------------------ review fixes: resuming and bad δ
+
+def test_resume_refuses_a_file_of_other_settings(tmp_path, monkeypatch):
+    """A 1-epoch smoke file must not be taken as finished full runs (keys are method, δ, r, seed only), nor a
+    file of another task or grid; a file from before the settings record is resumed by a default run."""
+    monkeypatch.setattr(fe, "load_task", lambda task, chars=fe.TEXT_CHARS: {"info": {}})
+    path = tmp_path / "fixed-entropy-digits.json"
+    base = {"experiment": fe.NAME, "task": "digits", "config": fe.TASKS["digits"], "grids": fe.GRIDS,
+            "other_lr": fe.OTHER_LR, "data": {}, "tuning": [], "runs": [], "lr": {"manifold": 1, "muon": 1, "adamw": 1}}
+    smoke = dict(base, settings={"epochs": 1, "steps_per_epoch": 20, "tune": False, "chars": 20_000})
+    path.write_text(json.dumps(smoke))
+    with pytest.raises(ValueError, match="settings"):
+        fe.run_task("digits", path, seeds=[0], deltas=(), powers=[], square_seeds=0)
+    path.write_text(json.dumps(dict(base, grids={"manifold": [1.0]})))
+    with pytest.raises(ValueError, match="grids"):
+        fe.run_task("digits", path, seeds=[0], deltas=(), powers=[], square_seeds=0)
+    path.write_text(json.dumps(dict(base, task="text")))
+    with pytest.raises(ValueError, match="task"):
+        fe.run_task("digits", path, seeds=[0], deltas=(), powers=[], square_seeds=0)
+    # legacy file (no "settings"): resumed by a default run, refused by a smoke-like run
+    done = [{"method": m, "delta": 0.0, "power": 1, "seed": 0} for m in ("orthogonal", "muon", "adamw")]
+    path.write_text(json.dumps(dict(base, runs=done)))
+    with pytest.raises(ValueError, match="settings"):
+        fe.run_task("digits", path, seeds=[0], deltas=(), powers=[], square_seeds=0, epochs=1, tune=False)
+    doc = fe.run_task("digits", path, seeds=[0, 0], deltas=(), powers=[], square_seeds=0)  # nothing left to run
+    assert len(doc["runs"]) == 3 and doc["settings"]["epochs"] is None
+    assert not (tmp_path / "fixed-entropy-digits.json.tmp").exists()
+
+
+def test_repeated_seeds_run_each_point_once(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(fe, "load_task", lambda task, chars=fe.TEXT_CHARS: {"info": {}})
+    monkeypatch.setattr(fe, "train", lambda task, data, method, lr, seed, **kw: calls.append((method, seed)) or
+                        {"method": method, "delta": kw.get("delta", 0.0), "power": kw.get("power", 1), "seed": seed,
+                         "val_loss": 1.0,
+                         "val_acc": 0.5, "lr": lr, "seconds": 0.0})
+    doc = fe.run_task("digits", tmp_path / "f.json", seeds=[0, 0], deltas=(0.5, 0.5), powers=[1, 1.0],
+                      square_seeds=1, tune=False)
+    keys = [fe._key(r) for r in doc["runs"]]
+    assert len(keys) == len(set(keys)) == 5
+
+
+def test_tuning_never_picks_a_diverged_learning_rate(tmp_path, monkeypatch):
+    """min() keeps a NaN first element (NaN < x is False): the smallest rate of each grid diverges here and
+    must lose to the finite ones (val loss = lr, so the second rate wins)."""
+    group = {"orthogonal": "manifold", "muon": "muon", "adamw": "adamw"}
+    monkeypatch.setattr(fe, "load_task", lambda task, chars=fe.TEXT_CHARS: {"info": {}})
+    monkeypatch.setattr(fe, "train", lambda task, data, method, lr, seed, **kw: {
+        "method": method, "lr": lr, "val_loss": float("nan") if lr == fe.GRIDS[group[method]][0] else lr,
+        "val_acc": 0.0, "seconds": 0.0})
+    doc = fe.run_task("digits", tmp_path / "f.json", seeds=[], deltas=(), powers=[], square_seeds=0)
+    assert doc["lr"] == {g: fe.GRIDS[g][1] for g in ("manifold", "muon", "adamw")}
+
+
+@pytest.mark.parametrize("delta", [-0.1, math.log(8), 5.0, float("nan")])
+def test_layer_refuses_an_unreachable_delta(delta):
+    with pytest.raises(ValueError, match="delta"):
+        fe.FixedEntropyLinear(8, 12, delta, 1, True, torch.Generator().manual_seed(0), torch.float64)
+
+
+def test_cli_refuses_an_unreachable_delta(capsys, tmp_path, monkeypatch):
+    def never(*a, **k):
+        raise AssertionError("run_task must not start (hours of tuning before the bad δ)")
+
+    monkeypatch.setattr(fe, "run_task", never)
+    with pytest.raises(SystemExit):
+        fe.main(["--deltas", "5.0", "--output-dir", str(tmp_path)])
+    assert "--deltas" in capsys.readouterr().err

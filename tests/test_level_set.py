@@ -136,3 +136,99 @@ def test_slope_and_entropy_gradient_formulas():
     J = beta * (torch.diag(p) - torch.outer(p, p))  # ∂p/∂z at fixed β
     expected = J.T @ w + dbeta * float(((torch.diag(p) - torch.outer(p, p)) @ z * w).sum())
     assert torch.allclose(grad, expected, atol=1e-10)
+
+
+# ------------------------------------------------------------------ review fixes: extreme logits and inputs
+
+@pytest.mark.parametrize("factor", [1e-310, 1e-300, 1e300])
+def test_extreme_logit_magnitudes_give_the_same_distribution(factor):
+    """Only the direction of z matters: a subnormal (1e-310) or near-overflow scale of z must give the same p
+    (before the fix: NaN for 1e-310 and for logits ±1.7e308, whose difference overflowed)."""
+    z = torch.tensor([1.0, 0.0, -1.0], dtype=torch.float64)
+    ref = tempered_softmax(z, 0.5)
+    assert torch.allclose(tempered_softmax(z * factor, 0.5), ref, rtol=1e-6)  # 1e-310 keeps ~14 digits
+    p = tempered_softmax(torch.tensor([1.7e308, -1.7e308], dtype=torch.float64), 0.5)
+    assert torch.isfinite(p).all() and abs(float(shannon_entropy(p)) - 0.5) < EXACT
+
+
+def test_small_top_gap_is_solved_or_refused_never_silently_wrong():
+    """The root can need β·spread far beyond 2^60 when the largest logit leads the next by a tiny margin
+    (before the fix: H(p) = 0.69 returned for h = 0.001). A reachable one is solved exactly; one beyond
+    float64 (β > 1e300) raises."""
+    z = torch.tensor([1e-20, 0.0, -1.0], dtype=torch.float64)
+    p = tempered_softmax(z, 1e-3)
+    assert abs(float(shannon_entropy(p)) - 1e-3) < EXACT
+    with pytest.raises(ValueError, match="cannot be reached in float64"):
+        tempered_softmax(torch.tensor([1e-300, 0.0, -1.0], dtype=torch.float64), 1e-3)
+
+
+def test_gradient_near_log_k_against_wide_finite_differences():
+    """At h = log k - 1e-8 the root β ~ sqrt(2·1e-8/Var) is ill-conditioned, so gradcheck's eps = 1e-6 sees
+    rounding noise; central differences with eps = 1e-3 (truncation ~1e-6 relative) agree with autograd."""
+    torch.manual_seed(0)
+    k, h = 6, math.log(6) - 1e-8
+    z = torch.randn(k, dtype=torch.float64, requires_grad=True)
+    w = torch.arange(k, dtype=torch.float64)
+    (grad,) = torch.autograd.grad((tempered_softmax(z, h) * w).sum(), z)
+    eps = 1e-3
+    f = lambda v: float((tempered_softmax(v, h) * w).sum())  # noqa: E731
+    fd = torch.tensor([(f(z.detach() + eps * e) - f(z.detach() - eps * e)) / (2 * eps)
+                       for e in torch.eye(k, dtype=torch.float64)], dtype=torch.float64)
+    assert torch.allclose(fd, grad, rtol=1e-3, atol=1e-9)
+
+
+@pytest.mark.parametrize("h", [torch.tensor(0.5 + 0j), torch.tensor(True)])
+def test_complex_or_boolean_h_tensor_is_refused(h):
+    with pytest.raises(TypeError, match="h must hold real numbers"):
+        tempered_softmax(torch.tensor([1.0, 0.0, -1.0]), h)
+
+
+def test_spectrum_scale_type_and_shape_are_checked():
+    z = torch.tensor([1.0, 0.0, -1.0], dtype=torch.float64)
+    with pytest.raises(TypeError, match="scale"):
+        spectrum_with_entropy(z, 0.5, scale="2")
+    with pytest.raises(ValueError, match="scale of shape"):  # one scale per singular value: entropy not h
+        spectrum_with_entropy(z, 0.5, scale=torch.tensor([1.0, 2.0, 3.0]))
+    s = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    sigma = spectrum_with_entropy(z, 0.5, scale=s)
+    (g,) = torch.autograd.grad(sigma.sum(), s)
+    assert abs(float(g) - 1.0) < 1e-12  # Σσ = scale·Σp = scale
+    tiny = spectrum_with_entropy(z, 0.5, scale=1e-300)  # a float64 scale is not rounded through float32
+    assert torch.allclose(tiny / 1e-300, tempered_softmax(z, 0.5))
+
+
+def test_newton_stays_at_an_exact_root():
+    """A hypothesis draw (k = 243) where Newton hit H = h exactly and the strict bracket test (newton > lo)
+    then bisected away from the root, leaving |H - h| = 1.5e-10; now it stays, |H - h| ~ 1e-15."""
+    z = np.random.default_rng(252).standard_normal(243)
+    h = 0.37228508390056897 * math.log(243)
+    assert abs(float(shannon_entropy(tempered_softmax(z, h))) - h) < 1e-13
+    rng = np.random.default_rng(1)
+    worst = max(abs(float(shannon_entropy(tempered_softmax(zz, f * math.log(len(zz))))) - f * math.log(len(zz)))
+                for zz, f in ((rng.standard_normal(int(rng.integers(2, 300))), rng.uniform(0.02, 0.999))
+                              for _ in range(200)))
+    assert worst < 1e-13
+
+
+@pytest.mark.parametrize("seed", [13, 18, 20, 52, 66])
+def test_gradcheck_is_not_flaky_after_the_bracket_fix(seed):
+    """With the strict bracket test the root was only ~1e-10 accurate for some draws, and gradcheck
+    (eps = 1e-6) failed for 14 of 150 seeds at h = 0.3 (these are the first five); test_gradient_matches_
+    finite_differences draws an unseeded z, so it was flaky."""
+    torch.manual_seed(seed)
+    z = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda z: tempered_softmax(z, 0.3), (z,), eps=1e-6, atol=1e-6)
+
+
+def test_float32_log_k_target_and_clear_messages():
+    """float32(log 2) lies 1.9e-9 above log 2 and was refused as unreachable; a constant z's message said
+    the empty interval (log k, log k]; a huge integer h raised a bare OverflowError."""
+    z = torch.tensor([[1.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    p = tempered_softmax(z, torch.tensor([0.5, math.log(2)], dtype=torch.float32))
+    assert torch.allclose(p[1], torch.full((2,), 0.5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="constant z gives only"):
+        tempered_softmax(z, torch.tensor([0.5, 0.6]))
+    with pytest.raises(ValueError, match="h must be finite"):
+        tempered_softmax(z, 10**400)
+    with pytest.raises(ValueError, match="not reachable"):  # still refused beyond float32 rounding
+        tempered_softmax(z, torch.tensor([0.5, math.log(2) + 1e-5], dtype=torch.float32))

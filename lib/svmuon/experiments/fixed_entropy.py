@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import numbers
 import os
 import platform
 import sysconfig
@@ -129,12 +130,21 @@ class FixedEntropyLinear(torch.nn.Module):
         gen: seeded generator for ``U`` and ``V``. dtype: float32 (experiment) or float64 (tests).
 
     The initial scale gives ``‖W‖_F² = 2 n_out``, He's ReLU initialisation (he2015delving).
+
+    Raises:
+        ValueError: ``delta`` outside ``[0, log k)`` (the profile ``z`` has one largest entry, so every
+            ``h = log k - δ`` in ``(0, log k]`` is reachable, and no other).
     """
 
     def __init__(self, n_in: int, n_out: int, delta: float, power: float, learn_spectrum: bool,
                  gen: torch.Generator, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         k = min(n_in, n_out)
+        if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not (
+                0 <= delta < math.log(k) or (k == 1 and delta == 0)):
+            # outside [0, log k) the unchecked kernel would silently give entropy log k (δ < 0) or 0 (δ >= log k)
+            raise ValueError(f"delta must lie in [0, log k) = [0, {math.log(k):.4g}) for a {n_out}×{n_in} matrix, "
+                             f"got {delta!r}")
         self.k, self.power = k, float(power)
         self.h = math.log(k) - float(delta)
         self.U = torch.nn.Parameter(_orthonormal(n_out, k, gen, dtype))
@@ -316,9 +326,31 @@ def _environment() -> dict[str, Any]:
 
 def _save(path: Path, doc: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(doc, indent=1) + "\n")
+        f.flush()
+        os.fsync(f.fileno())  # the data reaches the disk before the rename: a crash leaves the old or new file
     tmp.replace(path)  # atomic: an interrupted run never leaves a half-written file
+
+
+def _check_resumable(path: Path, doc: dict[str, Any], fresh: dict[str, Any]) -> None:
+    """Refuse to resume a results file written by another experiment, task or configuration: its finished
+    runs (keyed by method, δ, r, seed only) and its tuned learning rates would be mixed silently with the new
+    ones (e.g. a 1-epoch ``--smoke`` file taken as finished full runs). Files from before the ``settings``
+    record hold full runs with the default settings."""
+    if doc is fresh:
+        return
+    same = lambda a, b: json.loads(json.dumps(a)) == json.loads(json.dumps(b))  # noqa: E731 (tuples vs lists)
+    recorded = doc.get("settings", {"epochs": None, "steps_per_epoch": None, "tune": True, "chars": TEXT_CHARS})
+    for field in ("experiment", "task", "config", "grids", "other_lr"):
+        if not same(doc.get(field), fresh[field]):
+            raise ValueError(f"{path} holds {field} = {doc.get(field)!r}, not {fresh[field]!r}: it is not a resumable "
+                             f"result of this run; choose another --output-dir or move the file away")
+    if not same(recorded, fresh["settings"]):
+        raise ValueError(f"{path} was written with settings {recorded!r}, this run uses {fresh['settings']!r} "
+                         f"(a --smoke file and a full sweep cannot share a file); choose another --output-dir")
+    doc.setdefault("settings", fresh["settings"])
 
 
 def run_task(task: str, path: Path, *, seeds: list[int], deltas: tuple[float, ...], powers: list[float],
@@ -326,10 +358,11 @@ def run_task(task: str, path: Path, *, seeds: list[int], deltas: tuple[float, ..
              chars: int = TEXT_CHARS) -> dict[str, Any]:
     """Tune (seed 0), then run the plan for one task, saving after every run; finished runs are skipped."""
     data = load_task(task, chars)
-    doc = json.loads(path.read_text()) if path.exists() else {}
-    if doc.get("task") != task:
-        doc = {"experiment": NAME, "task": task, "config": TASKS[task], "grids": GRIDS, "other_lr": OTHER_LR,
-               "data": data["info"], "tuning": [], "runs": []}
+    settings = {"epochs": epochs, "steps_per_epoch": steps_per_epoch, "tune": tune, "chars": chars}
+    fresh = {"experiment": NAME, "task": task, "config": TASKS[task], "grids": GRIDS, "other_lr": OTHER_LR,
+             "settings": settings, "data": data["info"], "tuning": [], "runs": []}
+    doc = json.loads(path.read_text()) if path.exists() else fresh
+    _check_resumable(path, doc, fresh)
     doc["environment"] = _environment()
     kw = dict(epochs=epochs, steps_per_epoch=steps_per_epoch)
     if "lr" not in doc:
@@ -339,12 +372,17 @@ def run_task(task: str, path: Path, *, seeds: list[int], deltas: tuple[float, ..
             for lr in tqdm(grid, desc=f"{task} tuning {group}", leave=False):
                 r = train(task, data, methods[0], lr, 0, **kw)
                 doc["tuning"].append({k: r[k] for k in ("method", "lr", "val_loss", "val_acc", "seconds")})
-            best = min((t for t in doc["tuning"] if t["method"] == methods[0]), key=lambda t: t["val_loss"])
+            best = min((t for t in doc["tuning"] if t["method"] == methods[0]),  # a diverged (NaN) run never wins
+                       key=lambda t: (math.isnan(t["val_loss"]), t["val_loss"]))
             lrs[group] = best["lr"]
         doc["lr"] = lrs
         _save(path, doc)
     done = {_key(r) for r in doc["runs"]}
-    todo = [r for r in plan(seeds, deltas, powers, square_seeds) if _key(r) not in done]
+    todo = []
+    for r in plan(seeds, deltas, powers, square_seeds):  # repeated --seeds/--deltas/--powers: each point once
+        if _key(r) not in done:
+            done.add(_key(r))
+            todo.append(r)
     for spec in tqdm(todo, desc=f"{task} sweep"):
         group = spec["method"] if spec["method"] in ("muon", "adamw") else "manifold"
         doc["runs"].append(train(task, data, lr=doc["lr"][group], **spec, **kw))
@@ -368,6 +406,12 @@ def main(argv: list[str] | None = None) -> int:
                              "--output-dir (required with --smoke)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: one process per core)")
     args = parser.parse_args(argv)
+    for task in args.tasks:  # fail before hours of tuning, not at the first run of a bad δ
+        sizes = TASKS[task]["sizes"]
+        k = min(min(sizes[0], sizes[1]), min(sizes[1], sizes[2]))
+        bad = [d for d in args.deltas if not 0 <= d < math.log(k)]
+        if bad:
+            parser.error(f"--deltas must lie in [0, log k) = [0, {math.log(k):.4g}) for task {task}, got {bad}")
     torch.set_num_threads(args.threads)
     if args.smoke:
         if args.output_dir is None:
