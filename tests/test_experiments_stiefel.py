@@ -13,7 +13,7 @@ def test_one_epoch_keeps_the_weights_orthonormal():
     torch.set_num_threads(1)
     data = stiefel_digits.load_digits_split()
     assert data["train"][0].shape[1] == 64
-    for method in ("stiefel_muon", "param_orthogonal", "adam"):
+    for method in ("stiefel_muon", "stiefel_muon_rank", "param_orthogonal", "adam"):
         r = stiefel_digits.train(method, stiefel_digits.GRIDS[method][1], 0, data, epochs=1)
         assert len(r["loss"]) == 1 and 0 < r["loss"][0] < 2.31  # below log(10): it learned something
         assert r["step_ms_median"] > 0

@@ -355,8 +355,12 @@ def _check_resumable(path: Path, doc: dict[str, Any], fresh: dict[str, Any]) -> 
 
 def run_task(task: str, path: Path, *, seeds: list[int], deltas: tuple[float, ...], powers: list[float],
              square_seeds: int, epochs: int | None = None, steps_per_epoch: int | None = None, tune: bool = True,
-             chars: int = TEXT_CHARS) -> dict[str, Any]:
-    """Tune (seed 0), then run the plan for one task, saving after every run; finished runs are skipped."""
+             chars: int = TEXT_CHARS, lr_check: tuple[float, ...] = ()) -> dict[str, Any]:
+    """Tune (seed 0), then run the plan for one task, saving after every run; finished runs are skipped.
+
+    ``lr_check``: offsets δ at which both fixed-entropy arms (r = 1) also run at every other rate of the
+    manifold grid, all seeds (``doc["lr_check"]``): the rate was tuned at δ = 0, and this shows whether a
+    point loses only for want of its own rate."""
     data = load_task(task, chars)
     settings = {"epochs": epochs, "steps_per_epoch": steps_per_epoch, "tune": tune, "chars": chars}
     fresh = {"experiment": NAME, "task": task, "config": TASKS[task], "grids": GRIDS, "other_lr": OTHER_LR,
@@ -388,6 +392,14 @@ def run_task(task: str, path: Path, *, seeds: list[int], deltas: tuple[float, ..
         doc["runs"].append(train(task, data, lr=doc["lr"][group], **spec, **kw))
         doc["environment"] = _environment()
         _save(path, doc)
+    checked = {(r["method"], round(float(r["delta"]), 6), int(r["seed"]), float(r["lr"]))
+               for r in doc.get("lr_check", [])}
+    extra = [dict(method=m, delta=d, seed=s, lr=lr) for d in lr_check for m in ("shape", "level_set")
+             for lr in GRIDS["manifold"] if lr != doc["lr"]["manifold"] for s in seeds]
+    extra = [e for e in extra if (e["method"], round(e["delta"], 6), e["seed"], float(e["lr"])) not in checked]
+    for spec in tqdm(extra, desc=f"{task} learning-rate check"):
+        doc.setdefault("lr_check", []).append(train(task, data, power=1, **spec, **kw))
+        _save(path, doc)
     return doc
 
 
@@ -404,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true",
                         help="seconds-long check: 1 epoch of 20 steps, one seed, δ = 0.42, no tuning; writes to "
                              "--output-dir (required with --smoke)")
+    parser.add_argument("--lr-check", type=float, nargs="*", default=[0.42],
+                        help="δ values where both arms also run at the other rates of the grid (default 0.42)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: one process per core)")
     args = parser.parse_args(argv)
     for task in args.tasks:  # fail before hours of tuning, not at the first run of a bad δ
@@ -426,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = args.output_dir or results_dir("experiments")
     for task in args.tasks:
         doc = run_task(task, folder / f"{NAME}-{task}.json", seeds=args.seeds, deltas=tuple(args.deltas),
-                       powers=args.powers, square_seeds=args.square_seeds)
+                       powers=args.powers, square_seeds=args.square_seeds, lr_check=tuple(args.lr_check))
         print(f"{task}: {len(doc['runs'])} runs in {folder / f'{NAME}-{task}.json'}")
     return 0
 
