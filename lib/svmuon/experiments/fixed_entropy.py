@@ -24,7 +24,8 @@ Targets are given as offsets ``δ = log k - h`` (the same δ for every layer; th
 
 Tasks (real data, offline): ``digits`` (scikit-learn's 8×8 digits, MLP 64 → 256 → 64 → 10, 40 epochs;
 alpaydin1998digits) and ``text`` (next-character prediction on the Python standard library's own source
-files: 8 characters of context, embedding 8, MLP 64 → 256 → 64 → 97 classes, 6 epochs of 150 minibatches of 128). Learning rates are picked per
+files: 8 characters of context, embedding 8, MLP 64 → 256 → 64 → 97 classes, 6 epochs of 150 minibatches of 128);
+``digits-wide``, the width check, is digits with a hidden layer of 1024 (the same k = 64). Learning rates are picked per
 task and method from a small grid by validation loss with seed 0 at δ = 0 (the fixed-entropy arms) or
 unconstrained (the baselines), then every run uses them. Per run: final test loss and accuracy, training
 loss, the measured entropy of every hidden matrix at the end, the largest ``|H - h|`` seen at epoch ends (from
@@ -60,6 +61,8 @@ DELTAS = (3.0, 2.0, 1.2, 0.7, 0.42, 0.2, 0.1)  # δ = log k - h; δ = 0 is the "
 TASKS = {
     # sizes: input, hidden 1, hidden 2, classes; the two hidden matrices are 256×64 (tall) and 64×256 (wide)
     "digits": dict(sizes=(64, 256, 64, 10), epochs=40, batch_size=64, steps_per_epoch=None),
+    # the width check: hidden layer 1024 wide, the same k = 64 (matrices 1024×64 and 64×1024)
+    "digits-wide": dict(sizes=(64, 1024, 64, 10), epochs=40, batch_size=64, steps_per_epoch=None),
     "text": dict(sizes=(64, 256, 64, 97), epochs=6, batch_size=128, steps_per_epoch=150, context=8, embed=8),
 }
 GRIDS = {"manifold": [0.001, 0.002, 0.005, 0.01], "muon": [3e-4, 1e-3, 3e-3, 1e-2], "adamw": [3e-4, 1e-3, 3e-3, 1e-2]}
@@ -91,7 +94,7 @@ def text_corpus(chars: int = TEXT_CHARS) -> tuple[np.ndarray, dict[str, Any]]:
 def load_task(task: str, chars: int = TEXT_CHARS) -> dict[str, Any]:
     """``{"train"|"val"|"test": (X, y), "info": ...}``; text: contiguous 80/10/10 split of the corpus, X the
     ``(N, context)`` windows of every position (val/test: 8000 evenly spaced ones)."""
-    if task == "digits":
+    if task.startswith("digits"):
         from svmuon.experiments.digits_training import load_data
 
         data = load_data()
@@ -405,7 +408,8 @@ def run_task(task: str, path: Path, *, seeds: list[int], deltas: tuple[float, ..
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m svmuon.experiments fixed-entropy", description=describe(__doc__))
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS), help="tasks (default: both)")
+    parser.add_argument("--tasks", nargs="+", default=["digits", "text"], choices=list(TASKS),
+                        help="tasks (default: digits text; digits-wide is the width check, run with fewer δ)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of every point (default 0 1 2)")
     parser.add_argument("--deltas", type=float, nargs="+", default=list(DELTAS),
                         help="offsets δ = log k - h of the fixed-entropy arms (default: %(default)s; δ = 0 always runs)")
