@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm  # plain: tqdm.auto warns on stderr in a notebook without ipywidgets (a chapter imports this)
 
 from svmuon._cli import describe
 
