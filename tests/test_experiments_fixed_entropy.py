@@ -143,3 +143,12 @@ def test_cli_refuses_an_unreachable_delta(capsys, tmp_path, monkeypatch):
     with pytest.raises(SystemExit):
         fe.main(["--deltas", "5.0", "--output-dir", str(tmp_path)])
     assert "--deltas" in capsys.readouterr().err
+
+
+def test_deeper_net_holds_every_hidden_matrix_at_its_own_target():
+    """digits-deep's shape: three hidden matrices, each at log k_i - δ with its own k_i (here 12, 16, 8)."""
+    net = fe.Net((12, 24, 16, 8, 3), seed=1, arm="level_set", delta=0.5, dtype=torch.float64)
+    assert len(net.hidden) == 3
+    for W in net.weights():
+        assert abs(float(singular_value_entropy(W.detach())) - (math.log(min(W.shape)) - 0.5)) < 1e-9
+    assert net(torch.randn(4, 12, dtype=torch.float64)).shape == (4, 3)

@@ -25,7 +25,8 @@ Targets are given as offsets ``δ = log k - h`` (the same δ for every layer; th
 Tasks (real data, offline): ``digits`` (scikit-learn's 8×8 digits, MLP 64 → 256 → 64 → 10, 40 epochs;
 alpaydin1998digits) and ``text`` (next-character prediction on the Python standard library's own source
 files: 8 characters of context, embedding 8, MLP 64 → 256 → 64 → 97 classes, 6 epochs of 150 minibatches of 128);
-``digits-wide``, the width check, is digits with a hidden layer of 1024 (the same k = 64). Learning rates are picked per
+``digits-wide``, the width check, is digits with a hidden layer of 1024 (the same k = 64), and ``digits-deep``, the
+depth check, has a third hidden matrix (256×256). Learning rates are picked per
 task and method from a small grid by validation loss with seed 0 at δ = 0 (the fixed-entropy arms) or
 unconstrained (the baselines), then every run uses them. Per run: final test loss and accuracy, training
 loss, the measured entropy of every hidden matrix at the end, the largest ``|H - h|`` seen at epoch ends (from
@@ -63,6 +64,8 @@ TASKS = {
     "digits": dict(sizes=(64, 256, 64, 10), epochs=40, batch_size=64, steps_per_epoch=None),
     # the width check: hidden layer 1024 wide, the same k = 64 (matrices 1024×64 and 64×1024)
     "digits-wide": dict(sizes=(64, 1024, 64, 10), epochs=40, batch_size=64, steps_per_epoch=None),
+    # the depth check: a third hidden matrix, 256×256 (k = 256), between the two of "digits"
+    "digits-deep": dict(sizes=(64, 256, 256, 64, 10), epochs=40, batch_size=64, steps_per_epoch=None),
     "text": dict(sizes=(64, 256, 64, 97), epochs=6, batch_size=128, steps_per_epoch=150, context=8, embed=8),
 }
 GRIDS = {"manifold": [0.001, 0.002, 0.005, 0.01], "muon": [3e-4, 1e-3, 3e-3, 1e-2], "adamw": [3e-4, 1e-3, 3e-3, 1e-2]}
@@ -182,23 +185,24 @@ class FixedEntropyLinear(torch.nn.Module):
 
 
 class Net(torch.nn.Module):
-    """MLP ``sizes[0] -> sizes[1] -> sizes[2] -> sizes[3]`` (ReLU); the two hidden matrices plain ``Linear``
-    (``arm=None``) or :class:`FixedEntropyLinear`; ``embed``: an embedding of ``context`` tokens in front."""
+    """MLP ``sizes[0] -> sizes[1] -> ... -> sizes[-1]`` (ReLU after each hidden layer); the hidden matrices (all
+    but the output layer) plain ``Linear`` (``arm=None``) or :class:`FixedEntropyLinear`; ``embed``: an
+    embedding of ``context`` tokens in front."""
 
     def __init__(self, sizes: tuple[int, ...], seed: int, arm: str | None = None, delta: float = 0.0,
                  power: float = 1, context: int = 0, embed: int = 0, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         torch.manual_seed(seed)
         gen = torch.Generator().manual_seed(seed)
-        d, h1, h2, out = sizes
+        pairs = list(zip(sizes[:-2], sizes[1:-1]))  # (n_in, n_out) of each hidden matrix
         self.embedding = torch.nn.Embedding(97, embed, dtype=dtype) if embed else None
         if arm is None:
-            self.hidden = torch.nn.ModuleList([torch.nn.Linear(d, h1, dtype=dtype), torch.nn.Linear(h1, h2, dtype=dtype)])
+            self.hidden = torch.nn.ModuleList([torch.nn.Linear(a, b, dtype=dtype) for a, b in pairs])
         else:
             learn = arm == "level_set"
-            self.hidden = torch.nn.ModuleList([FixedEntropyLinear(d, h1, delta, power, learn, gen, dtype),
-                                               FixedEntropyLinear(h1, h2, delta, power, learn, gen, dtype)])
-        self.out = torch.nn.Linear(h2, out, dtype=dtype)
+            self.hidden = torch.nn.ModuleList([FixedEntropyLinear(a, b, delta, power, learn, gen, dtype)
+                                               for a, b in pairs])
+        self.out = torch.nn.Linear(sizes[-2], sizes[-1], dtype=dtype)
 
     def weights(self) -> list[torch.Tensor]:
         return [m.weight() if isinstance(m, FixedEntropyLinear) else m.weight for m in self.hidden]
@@ -426,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for task in args.tasks:  # fail before hours of tuning, not at the first run of a bad δ
         sizes = TASKS[task]["sizes"]
-        k = min(min(sizes[0], sizes[1]), min(sizes[1], sizes[2]))
+        k = min(min(a, b) for a, b in zip(sizes[:-2], sizes[1:-1]))
         bad = [d for d in args.deltas if not 0 <= d < math.log(k)]
         if bad:
             parser.error(f"--deltas must lie in [0, log k) = [0, {math.log(k):.4g}) for task {task}, got {bad}")
