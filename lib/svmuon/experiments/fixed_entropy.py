@@ -301,9 +301,10 @@ def train(task: str, data: dict[str, Any], method: str, lr: float, seed: int, *,
 
 
 def _defect(m: FixedEntropyLinear) -> float:
-    with torch.no_grad():
-        return max(float((Q.T.double() @ Q.double() - torch.eye(Q.shape[1], dtype=torch.float64)).abs().max())
-                   for Q in (m.U, m.V))
+    """The larger Stiefel defect ``‖QᵀQ - I‖_max`` of the layer's ``U`` and ``V``."""
+    from svmuon.orthogonal.stiefel import Stiefel
+
+    return max(float(Stiefel().defect(Q.detach())) for Q in (m.U, m.V))
 
 
 # ----------------------------------------------------------------------------------------------- plan
