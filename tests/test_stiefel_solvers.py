@@ -257,6 +257,79 @@ def test_bad_input_gives_clear_errors():
         stiefel_direction([[1.0]], G)
 
 
+@pytest.mark.parametrize("method", ["newton", "fixed_point_reduced", "fixed_point"])
+@pytest.mark.parametrize("scale", [1e-300, 1e-25, 1e25, 1e200])
+def test_the_direction_does_not_depend_on_the_size_of_g(method, scale):
+    # Φ(cG) = Φ(G) and X(cG) = c X(G) for c > 0 (the problem is positively homogeneous); the solver divides G by
+    # a power of two first, so huge and tiny gradients neither overflow nor underflow (float64 here)
+    W, G = CASES["12x5"]
+    ref = stiefel_direction(W, G, method=method, tol=1e-9)
+    sol = stiefel_direction(W, scale * G, method=method, tol=1e-9)
+    assert sol.converged and np.isfinite(sol.Phi).all()
+    np.testing.assert_allclose(sol.Phi, ref.Phi, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(sol.X / scale, ref.X, rtol=1e-7, atol=1e-7 * np.abs(ref.X).max())
+    if method == "newton":
+        assert float(sol.tangent_norm) / scale == pytest.approx(float(ref.tangent_norm), rel=1e-12)
+
+
+def test_float32_gradients_near_the_ends_of_the_range():
+    rng = np.random.default_rng(14)
+    W = _point(rng, 64, 16).astype(np.float32)
+    G = rng.standard_normal((64, 16)).astype(np.float32)
+    St = ss_Stiefel()
+    ref = stiefel_direction(St.project(W.astype(np.float64)), G.astype(np.float64), tol=1e-10)  # W to 1e-7
+    for scale in (1e-30, 1e30):
+        sol = stiefel_direction(torch.from_numpy(W), torch.from_numpy(G * np.float32(scale)))
+        assert sol.converged and float(np.linalg.norm(sol.Phi.numpy(), 2)) <= 1 + 1e-5
+        np.testing.assert_allclose(sol.Phi.numpy(), ref.Phi, rtol=0, atol=1e-4)
+        Phi = St.steepest_direction(torch.from_numpy(W), torch.from_numpy(G * np.float32(scale)))
+        np.testing.assert_allclose(Phi.numpy(), ref.Phi, rtol=0, atol=1e-4)
+
+
+def ss_Stiefel():
+    from svmuon import Stiefel
+
+    return Stiefel()
+
+
+@pytest.mark.parametrize("size", [1e6, 1e15, 1e20])
+def test_a_far_warm_start_still_reaches_the_optimum(size):
+    # a stale or mis-scaled X0 (here size·I and a random symmetric one): the iterate is re-symmetrised after every
+    # step, and a start far from the optimum (residual near its bound 2√n) is dropped for the cold one when its
+    # dual value is worse; the answer is the cold solution's (whose value the SDP checks, test above)
+    W, G = CASES["8x3"]
+    cold = stiefel_direction(W, G, tol=1e-9)
+    rng = np.random.default_rng(15)
+    S = rng.standard_normal((3, 3))
+    for X0 in (size * np.eye(3), size * (S + S.T)):
+        sol = stiefel_direction(W, G, tol=1e-9, X0=X0)
+        assert sol.converged
+        np.testing.assert_allclose(sol.X, sol.X.T, rtol=0, atol=1e-12 * max(1.0, np.abs(sol.X).max()))
+        assert float((G * sol.Phi).sum()) == pytest.approx(float((G * cold.Phi).sum()), rel=1e-9)
+
+
+def test_warm_start_in_the_reduced_multiplier():
+    W, G = CASES["12x5"]
+    sol = stiefel_direction(W, G, tol=1e-10)
+    np.testing.assert_allclose(sol.Y, sol.X + (W.T @ G + G.T @ W) / 2, rtol=0, atol=1e-12)
+    again = stiefel_direction(W, G, tol=1e-10, Y0=sol.Y)
+    assert again.iterations == 0
+    for method in ("fixed_point", "fixed_point_reduced"):  # Y0 reaches the other solvers as X0 = Y0 - [WᵀG]_sym
+        assert stiefel_direction(W, G, tol=1e-9, Y0=sol.Y, method=method).iterations <= 1
+
+
+def test_bad_warm_starts_give_clear_errors():
+    W, G = CASES["8x3"]
+    with pytest.raises(ValueError, match="X0 or Y0"):
+        stiefel_direction(W, G, X0=np.zeros((3, 3)), Y0=np.zeros((3, 3)))
+    with pytest.raises(ValueError, match="batch dimensions of X0"):
+        stiefel_direction(W, G, X0=np.zeros((2, 3, 3)))
+    with pytest.raises(ValueError, match="Y0 is too large"):
+        stiefel_direction(W, G, Y0=1e200 * np.eye(3))
+    with pytest.raises(ValueError, match="Y0 must be finite"):
+        stiefel_direction(W, G, Y0=np.full((3, 3), np.nan))
+
+
 # -- rank-deficient gradients (prop-stiefel-rank) -----------------------------------------------------------------
 @pytest.mark.parametrize("shape,r", [((12, 5), 3), ((16, 15), 10), ((30, 10), 9)])
 def test_rank_deficient_gradient_reduces_to_its_row_space(shape, r):

@@ -9,7 +9,8 @@ float64
 * **cold**: from the orthogonal group's multiplier ``X = -[WᵀG]_sym``;
 * **warm**: one optimizer step later, as ManifoldMuon meets it: ``W`` moved by the polar retraction of
   ``-0.02Φ``, the update ``U' = 0.95U + 0.05(U₀ + N)`` (``U₀`` a fixed gradient field, ``N`` fresh noise of
-  the same size), warm-started from the previous multiplier (rescaled to the new update's norm).
+  the same size), warm-started from the previous reduced multiplier ``Y = [WᵀU]_sym + X`` (rescaled to the new
+  update's norm), as the optimizer does.
 
 Cost unit: the **msign-equivalent**, the time of one Polar Express msign (10 Newton–Schulz steps) of the same
 shape and dtype, measured interleaved with the solver (each round times one solve and one msign; the
@@ -60,7 +61,7 @@ def _min_time(fn, repeats: int) -> tuple[float, float, Any]:
 
 
 def _problems(m: int, n: int, dtype: torch.dtype, seed: int) -> dict[str, Any]:
-    """The cold problem (W, U) and the warm one (W', U', X0 from the cold solution), as ManifoldMuon meets it."""
+    """The cold problem (W, U) and the warm one (W', U', Y0 from the cold solution), as ManifoldMuon meets it."""
     from svmuon.orthogonal.stiefel_solvers import solve
 
     gen = torch.Generator().manual_seed(seed)
@@ -70,8 +71,8 @@ def _problems(m: int, n: int, dtype: torch.dtype, seed: int) -> dict[str, Any]:
     sol = solve(W, U, tol=1e-10, max_iter=200)
     W2 = _polar(W - 0.02 * sol.Phi)
     U2 = 0.95 * U + 0.05 * (U0 + torch.randn(m, n, generator=gen, dtype=dtype))
-    X0 = sol.X * (torch.linalg.matrix_norm(U2) / torch.linalg.matrix_norm(U))
-    return {"cold": (W, U, None), "warm": (W2, U2, X0)}
+    Y0 = sol.Y * (torch.linalg.matrix_norm(U2) / torch.linalg.matrix_norm(U))  # the optimizer's warm start
+    return {"cold": (W, U, None), "warm": (W2, U2, Y0)}
 
 
 def _solver_rows(shape: tuple[int, int], dtype: torch.dtype, tol: float, repeats: int, seed: int) -> list[dict]:
@@ -82,10 +83,10 @@ def _solver_rows(shape: tuple[int, int], dtype: torch.dtype, tol: float, repeats
     pe = Orthogonalizer("newton_schulz", ns_coefficients="polar_express", ns_steps=10)
     kj = Orthogonalizer("newton_schulz", ns_coefficients="keller_jordan", ns_steps=5)
     rows = []
-    for start, (W, U, X0) in _problems(m, n, dtype, seed).items():
+    for start, (W, U, Y0) in _problems(m, n, dtype, seed).items():
         pe(U), kj(U)  # warm-up
         for method in SOLVERS:
-            run = lambda: solve(W, U, method=method, tol=tol, max_iter=MAX_ITER[method], X0=X0,  # noqa: E731
+            run = lambda: solve(W, U, method=method, tol=tol, max_iter=MAX_ITER[method], Y0=Y0,  # noqa: E731
                                 orthogonalize=pe, exact_residual=True)
             run()
             solve_s, msign_s, kj_s, solve_med, msign_med = [], [], [], [], []
@@ -96,7 +97,7 @@ def _solver_rows(shape: tuple[int, int], dtype: torch.dtype, tol: float, repeats
                 msign_s.append(_min_time(lambda: pe(U), 1)[0])
                 kj_s.append(_min_time(lambda: kj(U), 1)[0])
             trace: list = []
-            solve(W, U, method=method, tol=tol, max_iter=MAX_ITER[method], X0=X0, orthogonalize=pe, trace=trace)
+            solve(W, U, method=method, tol=tol, max_iter=MAX_ITER[method], Y0=Y0, orthogonalize=pe, trace=trace)
             unit = min(msign_s)
             rows.append({
                 "shape": [m, n], "dtype": str(dtype).replace("torch.", ""), "solver": method, "start": start,
@@ -152,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ratio-shapes", default="256x64,1024x256", help="shapes of the step-ratio measurement")
     parser.add_argument("--tol", type=float, default=1e-6, help="tangent-residual tolerance of the solvers")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds per measurement (the min is used)")
-    parser.add_argument("--ratio-steps", type=int, default=10, help="timed optimizer steps (after 5 warm-up steps)")
+    parser.add_argument("--ratio-steps", type=int, default=10, help="timed optimizer steps (after the warm-up steps)")
+    parser.add_argument("--ratio-warmup", type=int, default=20,
+                        help="untimed optimizer steps first (the momentum buffer and the warm start settle)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: comparable on a shared machine)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random test matrices (default 0)")
     parser.add_argument("--output", default=None, help="JSON path (default benchmarks/results/stiefel-cpu-<date>.json)")
@@ -165,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += _solver_rows(shape, torch.float64, args.tol, args.repeats, args.seed)
     ratios = []
     for shape in parse(args.ratio_shapes):
-        r = _step_ratio(shape, args.ratio_steps, 5, args.seed)
+        r = _step_ratio(shape, args.ratio_steps, args.ratio_warmup, args.seed)
         print(f"step ratio ManifoldMuon(Stiefel) / Muon at {shape[0]}x{shape[1]} float32: {r['ratio']:.2f} "
               f"(median {r['ratio_median']:.2f}; Newton iterations {r['newton_iterations_mean']:.1f})", flush=True)
         ratios.append(r)

@@ -175,6 +175,8 @@ class ManifoldMuon(MatrixOptimizer):
                 if shape is None or not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
                     raise ValueError(f"{label}: solver state {key!r} does not fit {self.manifold!r} (expected "
                                      f"names {list(keys)} with shape (*batch, *state) = {shape})")
+                if not bool(torch.isfinite(value).all()):  # a warm start of NaN would fail every later step
+                    raise ValueError(f"{label}: solver state {key!r} holds NaN or Inf")
 
     def _check_start(self, p: torch.Tensor, label: str, atol: float | None, name: str) -> None:
         check_param(p, label, name)

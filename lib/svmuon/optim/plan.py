@@ -102,7 +102,8 @@ def raise_for(optimizer: str, failures: list[tuple[str, Any, float | None, float
     if kind == "nonfinite":
         raise NonFiniteUpdateError(
             f"{optimizer}: the update of {label} is not finite (NaN or Inf): a NaN/Inf gradient, a momentum "
-            f"that overflowed, or a NaN/Inf state loaded from a checkpoint{others}; no parameter or optimizer "
+            f"that overflowed, a NaN/Inf state loaded from a checkpoint, or a factorisation that did not converge{others}; "
+            "no parameter or optimizer "
             "state was changed")
     raise OffManifoldError(
         f"{optimizer}: {label} is no longer on its manifold: max|WᵀW - I| = {defect:.3g} after the step, above "

@@ -225,6 +225,15 @@ class Manifold:
         if err is not None:
             raise ValueError(f"{name}: {err}")
 
+    def _require_point(self, W: torch.Tensor, name: str = "W") -> None:
+        """Raise ``ValueError`` unless every matrix of ``W`` (shape already checked) is a point to ``√eps`` of its
+        dtype: the tangent projection, the directions and the retractions are formulas valid at points only."""
+        atol = math.sqrt(torch.finfo(W.dtype).eps)
+        defect = float(self.defect(W).max())
+        if not defect <= atol:
+            raise ValueError(f"{name} is not a point of {type(self).__name__}: max|WᵀW - I| = {defect:.3g} > {atol:.3g} "
+                             f"(√eps of {W.dtype}); project it first with {type(self).__name__}().project({name})")
+
     def project(self, W: Any) -> Any:
         """Nearest point in Frobenius norm (each manifold implements it; for ``WᵀW = I`` it is the polar
         factor of ``W``)."""
@@ -242,8 +251,8 @@ class Manifold:
 
         Raises:
             TypeError: non-float inputs.
-            ValueError: bad shapes, non-finite entries, a result beyond the dtype's range (``Z`` near its
-                largest value).
+            ValueError: bad shapes, non-finite entries, ``W`` not a point (``‖WᵀW - I‖_max > √eps`` of its
+                dtype), a result beyond the dtype's range (``Z`` near its largest value).
         """
         from svmuon.orthogonal.msign import power_of_two_scale
 
@@ -251,6 +260,7 @@ class Manifold:
         Zt, was_numpy = as_matrix(Z, "Z")
         self._require_shape(Wt, "W")
         check_pair(Wt, "W", Zt, "Z")
+        self._require_point(Wt)
         scale = power_of_two_scale(Zt)  # exact, and P_W is linear: WᵀZ cannot overflow for a finite Z
         out = self._from_canonical(self._project_tangent(self._to_canonical(Wt.to(Zt.dtype)),
                                                          self._to_canonical(Zt / scale))) * scale
@@ -272,7 +282,8 @@ class Manifold:
             ``Φ``, the type of ``G``, the broadcast shape, dtype of ``G``.
 
         Raises:
-            TypeError: non-float inputs. ValueError: bad shapes, non-finite entries.
+            TypeError: non-float inputs. ValueError: bad shapes, non-finite entries, ``W`` not a point
+                (``‖WᵀW - I‖_max > √eps`` of its dtype).
         """
         from svmuon.orthogonal.msign import power_of_two_scale
 
@@ -280,6 +291,7 @@ class Manifold:
         Gt, was_numpy = as_matrix(G, "G")
         self._require_shape(Wt, "W")
         check_pair(Wt, "W", Gt, "G")
+        self._require_point(Wt)
         shape = torch.broadcast_shapes(Wt.shape, Gt.shape)
         Wc = self._to_canonical(Wt.to(Gt.dtype).expand(shape).reshape(-1, *shape[-2:]))
         Gc = self._to_canonical(Gt.expand(shape).reshape(-1, *shape[-2:]))
@@ -304,8 +316,8 @@ class Manifold:
 
         Raises:
             TypeError: non-float inputs.
-            ValueError: bad shapes, non-finite entries, a singular ``W + Ξ`` (only possible for a
-                non-tangent or enormous ``Ξ``).
+            ValueError: bad shapes, non-finite entries, ``W`` not a point (``‖WᵀW - I‖_max > √eps`` of its
+                dtype), a singular ``W + Ξ`` (only possible for a non-tangent or enormous ``Ξ``).
 
         References:
             absil2008optimization (polar retraction), higham2008functions.
@@ -316,6 +328,7 @@ class Manifold:
         Xt, _ = as_matrix(Xi, "Xi")
         self._require_shape(Wt, "W")
         check_pair(Wt, "W", Xt, "Xi", into=True)
+        self._require_point(Wt)
         S = Wt + Xt.to(Wt.dtype)
         out = msign(S, method="svd", rcond=0.0)
         sv = torch.linalg.svdvals(S)  # singular in W's dtype: LAPACK may return rounding noise, not 0, for the
@@ -331,7 +344,10 @@ class Manifold:
         For a tangent ``Φ`` whose ``ΦᵀΦ = P`` is an orthogonal projector (a partial isometry, as the output
         of an exact msign; rank-deficient allowed), ``(W-ηΦ)ᵀ(W-ηΦ) = I + η²P`` and
         ``(I + η²P)^{-1/2} = I - P + P/√(1+η²)``, so this closed form equals :meth:`retract` of ``-ηΦ``
-        (eq-orth-retraction). It is the step an optimizer takes, ``eta`` its spectral length.
+        (eq-orth-retraction). It is the step an optimizer takes, ``eta`` its spectral length. Where the
+        result of the closed form is off the manifold by more than ``10√eps`` (``Φ`` not tangent, or not of
+        the kind the manifold's closed form assumes), it is replaced by :meth:`retract` of ``-ηΦ``, the
+        nearest point to ``W - ηΦ`` by definition.
 
         Args:
             W: point ``(..., m, n)``. Phi: tangent partial isometry, same matrix shape, batch broadcastable
@@ -342,8 +358,9 @@ class Manifold:
 
         Raises:
             TypeError: non-float matrices, ``eta`` not a real number.
-            ValueError: bad shapes, non-finite entries, ``eta`` negative, NaN, infinite or beyond the range of
-                ``W``'s dtype, or a non-finite result (a ``Φ`` so large that ``ΦᵀΦ`` overflows).
+            ValueError: bad shapes, non-finite entries, ``W`` not a point (``‖WᵀW - I‖_max > √eps`` of its
+                dtype), ``eta`` negative, NaN, infinite or beyond the range of ``W``'s dtype, or a non-finite
+                result (a ``Φ`` so large that ``ΦᵀΦ`` overflows).
 
         References:
             su2025orthogonal (the closed form), absil2008optimization.
@@ -353,6 +370,7 @@ class Manifold:
         eta_f = check_eta(eta)
         self._require_shape(Wt, "W")
         check_pair(Wt, "W", Pt, "Phi", into=True)
+        self._require_point(Wt)
         Pt = Pt.to(Wt.dtype).expand_as(Wt).reshape(-1, *Wt.shape[-2:])
         Wc = self._to_canonical(Wt.reshape(-1, *Wt.shape[-2:]))
         step = self._step_from_tangent(Wc, self._to_canonical(Pt))
@@ -360,6 +378,10 @@ class Manifold:
             raise ValueError(f"eta must be a finite real number >= 0 representable in {Wt.dtype} (at most "
                              f"{torch.finfo(Wt.dtype).max:.3g}), got {eta!r}")
         out = self._from_canonical(self._retract_along(Wc, step, _eta_tensor(eta_f, Wc))).reshape(Wt.shape)
+        if bool(torch.isfinite(out).all()) and not bool((self.defect(out) <= 10 * math.sqrt(torch.finfo(Wt.dtype).eps)).all()):
+            # Φ was not a tangent vector (or not of the kind the closed form assumes): the formula does not
+            # apply, so take the definition, the nearest point to W - ηΦ (raises if that is not unique)
+            return self.retract(W, -eta_f * Pt.reshape(Wt.shape))
         if not bool(torch.isfinite(out).all()):
             raise ValueError(f"retract_along produced a non-finite result for eta={eta!r} in {Wt.dtype}; "
                              "W must be a point and Phi a tangent partial isometry of modest size")

@@ -31,9 +31,10 @@ import torch
 
 from svmuon._validation import check_int
 from svmuon.orthogonal.base import Direction, Manifold, as_matrix, check_pair, eye_like
+from svmuon.orthogonal.msign import power_of_two_scale
 from svmuon.orthogonal.stiefel_solvers import METHODS, StiefelSolution, solve
 
-__all__ = ["Stiefel"]
+__all__ = ["Stiefel", "default_tol"]
 
 
 def _sym(T: torch.Tensor) -> torch.Tensor:
@@ -62,7 +63,11 @@ class Stiefel(Manifold):
     Args:
         method: steepest-direction solver, ``"newton"`` (default), ``"fixed_point"`` (su2025stiefel),
             ``"fixed_point_reduced"`` or ``"dual_ascent"`` (bernstein2025stiefel).
-        tol: tangent-residual tolerance ``‖WᵀΦ + ΦᵀW‖_F`` of the solvers (default 1e-6).
+        tol: tangent-residual tolerance ``‖WᵀΦ + ΦᵀW‖_F`` of the solvers. ``None`` (default): 1e-6, or for
+            float32 ``max(1e-6, 8 eps √n)`` (1.5e-5 at n = 256), just above the float32 floor: a ``Φ``
+            assembled in float32 has a tangent residual of about ``3-4 eps √n`` however exactly the float64
+            dual is solved (measured 2.7e-6 at 256×64, 7.4e-6 at 1024×256), so a finer dual buys nothing
+            but the last Newton iteration (:func:`default_tol`).
         max_iter: the solver's iteration cap (``None``: its default, 50 for Newton); bounds the cost of a
             step, and a step that hits it is still taken (the retraction is exact for any ``Φ``), with the
             residual reached reported in the optimizer's ``state[p]["info"]["residual"]``.
@@ -83,16 +88,16 @@ class Stiefel(Manifold):
         su2025stiefel, bernstein2025stiefel, su2025orthogonal, absil2008optimization, edelman1998geometry.
     """
 
-    state_keys = ("X", "warm")
+    state_keys = ("Y", "warm")
 
-    def __init__(self, *, method: str = "newton", tol: float = 1e-6, max_iter: int | None = None,
+    def __init__(self, *, method: str = "newton", tol: float | None = None, max_iter: int | None = None,
                  smoothing: float = 1e-6, max_cg: int = 100, rank_rtol: float = 1e-6, transpose_wide: bool = True,
                  msign_method: str = "svd", ns_steps: int | None = None, ns_coefficients: Any = None,
                  compute_dtype: torch.dtype | None = None) -> None:
         super().__init__(msign_method=msign_method, ns_steps=ns_steps, ns_coefficients=ns_coefficients,
                          compute_dtype=compute_dtype)
         self.method = _check_method(method)
-        self.tol = _check_positive(tol, "tol")
+        self.tol = None if tol is None else _check_positive(tol, "tol")
         self.max_iter = None if max_iter is None else check_int(max_iter, "max_iter", minimum=0)
         self.smoothing = _check_positive(smoothing, "smoothing")
         self.max_cg = check_int(max_cg, "max_cg", minimum=1)
@@ -108,6 +113,9 @@ class Stiefel(Manifold):
     def __repr__(self) -> str:
         return (f"Stiefel(method={self.method!r}, tol={self.tol}, max_iter={self.max_iter}, "
                 f"transpose_wide={self.transpose_wide}, {super().__repr__()[8:-1]})")
+
+    def _tol(self, dtype: torch.dtype, shape: tuple[int, ...]) -> float:
+        return default_tol(dtype, min(shape[-2:])) if self.tol is None else self.tol
 
     # -- points ---------------------------------------------------------------------------------------------
     def _shape_error(self, shape: tuple[int, ...]) -> str | None:
@@ -187,7 +195,8 @@ class Stiefel(Manifold):
         shape = torch.broadcast_shapes(Wt.shape, Gt.shape)
         Wb = Wt.to(Gt.dtype).expand(shape).reshape(-1, *shape[-2:])
         Gb = Gt.expand(shape).reshape(-1, *shape[-2:])
-        opts = dict(tol=self.tol if tol is None else _check_positive(tol, "tol"),
+        Gb = Gb / power_of_two_scale(Gb)  # exact; Φ does not depend on the size of G, and no product overflows
+        opts = dict(tol=self._tol(Gt.dtype, Wt.shape) if tol is None else _check_positive(tol, "tol"),
                     max_iter=self.max_iter if max_iter is None else check_int(max_iter, "max_iter", minimum=0),
                     method=self.method if method is None else _check_method(method))
         Phi = self._solve(_tall(Wb), _tall(Gb), self.orthogonalize, None, **opts)[0]
@@ -204,19 +213,22 @@ class Stiefel(Manifold):
             Phi = W @ O
             mu, V = torch.linalg.eigh((O.mT @ O).double())
             return Phi, None, V, mu
-        X0 = warm = None
-        if state is not None and "X" in state:
-            X0, warm = state["X"], state["warm"] > 0
+        Y0 = warm = None
+        if state is not None and "Y" in state:
+            Y0, warm = state["Y"], state["warm"] > 0
         one = W.shape[0] == 1  # a single matrix: 2-D products (mm) are much cheaper than bmm for small n
         squeeze = (lambda T: T[0]) if one else (lambda T: T)  # noqa: E731
         sol = solve(squeeze(W), squeeze(G), method=method, tol=tol, max_iter=max_iter,
-                    X0=None if X0 is None else squeeze(X0), warm=None if warm is None else squeeze(warm),
+                    Y0=None if Y0 is None else squeeze(Y0), warm=None if warm is None else squeeze(warm),
                     orthogonalize=orthogonalize, smoothing=self.smoothing, max_cg=self.max_cg, exact_residual=False,
                     rank_rtol=self.rank_rtol)
         if one:
             sol.Phi, sol.X, sol.residual = sol.Phi[None], sol.X[None], sol.residual.reshape(1)
+            sol.Y = None if sol.Y is None else sol.Y[None]
             sol.tangent_norm = None if sol.tangent_norm is None else sol.tangent_norm.reshape(1)
             sol.eig = None if sol.eig is None else (sol.eig[0][None], sol.eig[1][None])
+        if sol.Y is None:  # the msign-based solvers iterate on X
+            sol.Y = _sym((W.mT @ G).to(sol.X.dtype)) + sol.X
         if sol.tangent_norm is None:  # the msign-based solvers do not form P_W(G) on the way
             sol.tangent_norm = torch.linalg.matrix_norm(self._project_tangent(W, G))
         if sol.eig is not None:
@@ -228,12 +240,15 @@ class Stiefel(Manifold):
     # -- kernels (svmuon.orthogonal.base) ----------------------------------------------------------------------
     def _init_state(self, W: torch.Tensor) -> dict[str, torch.Tensor]:
         n = min(W.shape[-2:])
-        return {"X": torch.zeros(W.shape[0], n, n, dtype=W.dtype, device=W.device),
+        return {"Y": torch.zeros(W.shape[0], n, n, dtype=W.dtype, device=W.device),
                 "warm": torch.zeros(W.shape[0], dtype=W.dtype, device=W.device)}
 
     def _direction(self, W: torch.Tensor, U: torch.Tensor, orthogonalize: Any, state: dict) -> Direction:
-        """The steepest direction for the batch ``(k, m, n)``, warm-started from ``state["X"]`` (the multiplier
-        of the previous step's update scaled to unit Frobenius norm, where ``state["warm"]`` is 1). ``step`` packs
+        """The steepest direction for the batch ``(k, m, n)``, warm-started from ``state["Y"]`` (the reduced
+        multiplier ``[WᵀU]_sym + X`` of the previous step's update scaled to unit Frobenius norm, where
+        ``state["warm"]`` is 1: the optimum in ``Y`` depends on the tangent part of ``U`` only, while ``X`` also
+        tracks ``-[WᵀU]_sym``, which moves with ``W`` and with the normal part of ``U``; measured in
+        ``tests/test_stiefel.py::test_warm_start_in_y_beats_x``). ``step`` packs
         ``[Φ; V; μᵀ]`` (tall orientation, ``(k, m + n + 1, n)``) with ``ΦᵀΦ = V diag(μ) Vᵀ`` for the retraction."""
         Wt, Ut = _tall(W), _tall(U.to(W.dtype))
         # The direction is invariant to scaling U by c > 0 (X scales with it): solve for U / c with c the
@@ -244,25 +259,38 @@ class Stiefel(Manifold):
         amax = Ut.abs().amax(dim=(-2, -1), keepdim=True)
         c = torch.where(amax > 0, torch.ldexp(torch.ones_like(amax), torch.frexp(amax)[1]), torch.ones_like(amax))
         Ut = Ut / c
-        # the state keeps X / ‖U‖_F: the multiplier of the unit-norm update, so that a warm start survives
+        # the state keeps Y / ‖U‖_F: the multiplier of the unit-norm update, so that a warm start survives
         # changes of scale (a momentum buffer growing from zero, a learning-rate-free gradient scale)
         norm = torch.linalg.matrix_norm(Ut)[:, None, None]
         norm = torch.where(norm > 0, norm, torch.ones_like(norm))
-        scaled = None if not state else {"X": state["X"] * norm, "warm": state["warm"]}
-        Phi, sol, V, mu = self._solve(Wt, Ut, orthogonalize, scaled, tol=self.tol, max_iter=self.max_iter,
-                                      method=self.method)
+        scaled = None if not state else {"Y": state["Y"] * norm, "warm": state["warm"]}
+        if scaled is not None:  # a warm start that is not finite (or absurdly large) is no warm start
+            ok = torch.isfinite(scaled["Y"]).flatten(1).all(dim=1) & (scaled["Y"].abs().amax(dim=(-2, -1)) <= 1e100)
+            scaled = {"Y": torch.where(ok[:, None, None], scaled["Y"], torch.zeros_like(scaled["Y"])),
+                      "warm": torch.where(ok, scaled["warm"], torch.zeros_like(scaled["warm"]))}
+        try:
+            Phi, sol, V, mu = self._solve(Wt, Ut, orthogonalize, scaled, tol=self._tol(W.dtype, W.shape),
+                                          max_iter=self.max_iter, method=self.method)
+        except torch.linalg.LinAlgError:
+            # a factorisation that did not converge (LAPACK): a NaN direction, which the optimizer reports as a
+            # non-finite update (or skips, nan_policy="skip") with nothing changed
+            finite = torch.zeros_like(finite)
+            k, m, n = Wt.shape
+            Phi, sol = torch.full_like(Wt, float("nan")), None
+            V = torch.eye(n, dtype=torch.float64, device=W.device).expand(k, n, n)
+            mu = torch.zeros(k, n, dtype=torch.float64, device=W.device)
         nan = torch.full_like(Phi, float("nan"))
         Phi = torch.where(finite[:, None, None], Phi.to(W.dtype), nan)
         k, n = Wt.shape[0], Wt.shape[-1]
         step = torch.cat([Phi, V.to(W.dtype), mu.to(W.dtype)[:, None, :]], dim=-2)
         if sol is None:  # m = n
             tangent_norm = torch.linalg.matrix_norm(_skew(Wt.mT @ Ut)) * c[:, 0, 0]
-            new_state = {"X": torch.zeros(k, n, n, dtype=W.dtype, device=W.device),
+            new_state = {"Y": torch.zeros(k, n, n, dtype=W.dtype, device=W.device),
                          "warm": torch.zeros(k, dtype=W.dtype, device=W.device)}
             info = {}
         else:
             tangent_norm = sol.tangent_norm.to(W.dtype) * c[:, 0, 0]
-            new_state = {"X": (sol.X / norm).to(W.dtype), "warm": torch.ones(k, dtype=W.dtype, device=W.device)}
+            new_state = {"Y": (sol.Y / norm).to(W.dtype), "warm": torch.ones(k, dtype=W.dtype, device=W.device)}
             info = {"iterations": torch.full((k,), float(sol.iterations), dtype=W.dtype, device=W.device),
                     "residual": sol.residual.to(W.dtype)}
         tangent_norm = torch.where(finite, tangent_norm, torch.full_like(tangent_norm, float("nan")))
@@ -300,6 +328,15 @@ class Stiefel(Manifold):
 
     def _step_slack(self, eta: torch.Tensor, orthogonalize: Any) -> torch.Tensor | float:
         return 0.0
+
+
+def default_tol(dtype: torch.dtype, n: int) -> float:
+    """The solvers' default tangent tolerance for a ``Φ`` of ``dtype`` with n columns (tall orientation): 1e-6,
+    raised for float32 to ``8 eps √n``, about twice the tangent residual that assembling ``Φ`` in float32 leaves
+    by itself (measured ``3-4 eps √n``; ``tests/test_stiefel.py::test_float32_floor_of_the_assembled_direction``)."""
+    if dtype == torch.float64:
+        return 1e-6
+    return max(1e-6, 8 * torch.finfo(torch.float32).eps * math.sqrt(n))
 
 
 def _check_method(method: Any) -> str:

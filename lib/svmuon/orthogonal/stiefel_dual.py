@@ -13,6 +13,7 @@ returns. The public entry points are in
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -30,7 +31,12 @@ class StiefelSolution:
 
     Attributes:
         Phi: ``(..., m, n)``, the direction (ascent: descend along ``-Phi``), dtype of ``G``.
-        X: ``(..., n, n)`` symmetric multiplier with ``Phi ≈ msign(G + WX)``; pass it as ``X0`` to warm start.
+        X: ``(..., n, n)`` symmetric multiplier with ``Phi ≈ msign(G + WX)``.
+        Y: ``(..., n, n)``, the reduced multiplier ``[WᵀG]_sym + X`` (thm-stiefel-reduction) where the solver
+            forms it (``"newton"``, ``"fixed_point_reduced"``), else ``None``. The optimum in ``Y`` depends on
+            the tangent part of ``G`` only (``K`` and ``C``), so ``Y`` (pass it as ``Y0``), not ``X``, is the
+            warm start for the next optimizer step: ``X`` also carries ``-[WᵀG]_sym``, which changes with
+            every step of ``W`` and with the normal part of the update.
         residual: ``(...)``, ``‖WᵀΦ + ΦᵀW‖_F`` of the returned ``Phi``.
         iterations: outer iterations run (the most over the batch).
         converged: every residual <= ``tol``.
@@ -52,6 +58,7 @@ class StiefelSolution:
     factorizations: int = 0
     eig: tuple[torch.Tensor, torch.Tensor] | None = None
     tangent_norm: Any = None
+    Y: Any = None
 
 
 # -- small kernels --------------------------------------------------------------------------------------------
@@ -140,13 +147,15 @@ def _hessian_parts(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return c, d
 
 
-def _hessian_vector(h: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+def _hessian_vector(h: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor,
+                    diag: torch.Tensor | None = None) -> torch.Tensor:
     """Hessian of ``f_ε`` applied to a symmetric ``h``, all in the eigenbasis of M (eq-stiefel-hessian):
-    ``½ c∘h - ½ (T + Tᵀ)`` with ``E = hb + (hb)ᵀ``, ``F = d∘E``, ``T = F bᵀ``."""
+    ``½ c∘h - ½ (T + Tᵀ)`` with ``E = hb + (hb)ᵀ``, ``F = d∘E``, ``T = F bᵀ``; ``diag`` replaces ``½c``
+    (the damped system passes ``½(1 + μ)c``). Two n × n products and five elementwise passes."""
     E = h @ b
-    F = d * (E + E.mT)
+    F = (E + E.mT).mul_(d)
     T = F @ b.mT
-    return 0.5 * c * h - 0.5 * (T + T.mT)
+    return torch.addcmul((T + T.mT).mul_(-0.5), 0.5 * c if diag is None else diag, h)
 
 
 def _pcg(b: torch.Tensor, c: torch.Tensor, d: torch.Tensor, mu: torch.Tensor, rhs: torch.Tensor,
@@ -155,11 +164,12 @@ def _pcg(b: torch.Tensor, c: torch.Tensor, d: torch.Tensor, mu: torch.Tensor, rh
     part of the Hessian, eq-stiefel-hessian), stopped when the preconditioned residual has dropped by
     ``forcing`` (per matrix). Returns ``(x, model, products)`` with ``model = -⟨rhs, x⟩ + ½⟨x, (Hess+μP)x⟩``
     (the damped quadratic model's change; ``-model`` is the predicted decrease)."""
-    P = 0.5 * c
-    hv = lambda h: _hessian_vector(h, b, c, d) + mu * P * h  # noqa: E731
+    diag = (0.5 + 0.5 * mu) * c  # (1 + μ)P: the damped diagonal, which is also the preconditioner
+    inv = 1.0 / diag
+    hv = lambda h: _hessian_vector(h, b, c, d, diag)  # noqa: E731
     x = torch.zeros_like(rhs)
     r = rhs.clone()
-    z = r / ((1 + mu) * P)
+    z = r * inv
     p = z.clone()
     rz = _dot(r, z)
     target = forcing * forcing * rz
@@ -174,7 +184,7 @@ def _pcg(b: torch.Tensor, c: torch.Tensor, d: torch.Tensor, mu: torch.Tensor, rh
         alpha = torch.where(done, torch.zeros_like(rz), rz / torch.where(bad, torch.ones_like(pAp), pAp))
         x = x + alpha * p
         r = r - alpha * Ap
-        z = r / ((1 + mu) * P)
+        z = r * inv
         rz_new = _dot(r, z)
         done = done | (rz_new <= target)
         if bool(done.all()):
@@ -187,24 +197,29 @@ def _pcg(b: torch.Tensor, c: torch.Tensor, d: torch.Tensor, mu: torch.Tensor, rh
     model = -0.5 * _dot(rhs, x)
     stuck = (_dot(x, x) == 0) & active[..., None, None]
     if bool(stuck.any()):
-        x = torch.where(stuck, rhs / ((1 + mu) * P), x)
+        x = torch.where(stuck, rhs * inv, x)
         model = torch.where(stuck, -_dot(rhs, x) + 0.5 * _dot(x, hv(x)), model)
         products += 1
     return x, model[..., 0, 0], products
 
 
-def _start(red: _Reduced, X0: torch.Tensor | None, warm: torch.Tensor | None) -> torch.Tensor:
-    """``Y₀ = [A]_sym + X0`` where warm (default everywhere if ``X0`` is given), else ``0`` (``X = -[A]_sym``)."""
-    if X0 is None:
+def _start(red: _Reduced, X0: torch.Tensor | None, warm: torch.Tensor | None,
+           Y0: torch.Tensor | None = None) -> torch.Tensor:
+    """``Y₀`` (given), or ``[A]_sym + X0``, where warm (default everywhere if one is given), else ``0``
+    (``X = -[A]_sym``, the orthogonal group's multiplier)."""
+    if Y0 is not None:
+        Y = Y0.to(WORK_DTYPE)
+    elif X0 is None:
         return torch.zeros_like(red.S)
-    Y = red.S + X0.to(WORK_DTYPE)
+    else:
+        Y = red.S + X0.to(WORK_DTYPE)
     return Y if warm is None else torch.where(warm[..., None, None], Y, torch.zeros_like(Y))
 
 
 def _newton(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: float, max_iter: int,
             smoothing: float, max_cg: int, exact_residual: bool = True,
             warm: torch.Tensor | None = None, trace: list | None = None, rank_aware: bool = True,
-            rank_rtol: float = 1e-6) -> StiefelSolution:
+            rank_rtol: float = 1e-6, Y0: torch.Tensor | None = None) -> StiefelSolution:
     """Damped Newton–CG on the smoothed reduced dual ``f_ε`` (eq-stiefel-smoothing), with continuation in ε.
 
     * Newton step: PCG on ``(Hess + μP)x = -∇f_ε`` in the eigenbasis of ``M`` (``_pcg``); the damping ``μ``
@@ -225,15 +240,30 @@ def _newton(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: f
         A = red.S + red.K
         if deficient_rank(G, A.mT @ A + red.C, rank_rtol):  # rank-deficient G: the row-space reduction (prop-stiefel-rank)
             return _newton_deficient(W, G, X0, red, tol=tol, max_iter=max_iter, smoothing=smoothing, max_cg=max_cg,
-                                     exact_residual=exact_residual, warm=warm, trace=trace, rank_rtol=rank_rtol)
+                                     exact_residual=exact_residual, warm=warm, trace=trace, rank_rtol=rank_rtol,
+                                     Y0=Y0)
     sigma2 = torch.where(red.sigma2 > 0, red.sigma2, torch.ones_like(red.sigma2))  # G = 0: Φ = 0 for any ε > 0
-    Y = _start(red, X0, warm)
+    Y = _start(red, X0, warm, Y0)
     eps_rel = torch.full(W.shape[:-2], smoothing, dtype=WORK_DTYPE, device=W.device)
     eps2 = lambda: (eps_rel * eps_rel)[..., None, None] * sigma2  # noqa: E731
     R = None
     sp = _spectrum(Y, red, eps2(), R)
     b = sp.V.mT @ (Y + red.K) @ sp.V
     r0 = 2 * torch.linalg.matrix_norm(_sym(b / sp.s[..., None, :]))
+    factorizations = 1
+    if X0 is not None or Y0 is not None:
+        # a warm start whose residual is near its bound 2√n (far from the optimum: a stale or mis-scaled X0)
+        # is kept only if its dual value beats the cold start's; from very far, damped Newton can stall
+        suspect = r0 > 0.5 * math.sqrt(W.shape[-1])
+        if bool(suspect.any()):
+            cold = _spectrum(torch.zeros_like(Y), red, eps2(), R)
+            factorizations += 1
+            use = suspect & (cold.s.sum(-1) < sp.s.sum(-1))
+            Y = torch.where(use[..., None, None], torch.zeros_like(Y), Y)
+            sp = _Spectrum(*(torch.where(use[(...,) + (None,) * (a.dim() - use.dim())], a_cold, a)
+                             for a, a_cold in zip(sp, cold)))
+            b = sp.V.mT @ (Y + red.K) @ sp.V
+            r0 = 2 * torch.linalg.matrix_norm(_sym(b / sp.s[..., None, :]))
     sigma = torch.sqrt(sigma2[..., 0, 0])
     # continuation only where the start is near a singular M (else ε = smoothing from the first step)
     cont = sp.lam.amin(dim=-1).sqrt() < 0.1 * sigma
@@ -241,7 +271,7 @@ def _newton(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: f
     sp = _Spectrum(sp.V, sp.lam, torch.sqrt(sp.lam + eps2()[..., 0]))
     mu = torch.zeros_like(red.sigma2)
     unit = torch.finfo(WORK_DTYPE).eps
-    factorizations, products, iterations = 1, 0, 0
+    products, iterations = 0, 0
     t0 = time.perf_counter()
     for iterations in range(max_iter + 1):
         if R is None and _needs_svd(sp, eps2(), unit):
@@ -272,13 +302,17 @@ def _newton(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: f
         if iterations == max_iter or not bool(active.any()):
             break
         c, d = _hessian_parts(sp.s)
-        forcing = torch.clamp(r_norm, max=0.1)[..., None, None]  # quadratic: ‖step error‖ ~ r²
+        # inexact Newton: relative CG accuracy r (quadratic convergence) while far from the target, but
+        # never finer than needed for the next residual to reach this stage's target (r ≤ tol, or ≤ ε/σ̄
+        # during continuation): the last step then costs a few products instead of ~15
+        stage = torch.where(eps_rel > smoothing, eps_rel, torch.full_like(eps_rel, tol))
+        forcing = torch.clamp(torch.maximum(r_norm, 0.5 * stage / r_norm), max=0.1)[..., None, None]
         f0 = sp.s.sum(-1)
         pending = active.clone()
         for _ in range(20):  # trust (damping) adjustments; usually the first step is accepted
             x, model, k = _pcg(b, c, d, mu, -g, pending, forcing, max_cg)
             products += k
-            trial_Y = Y + sp.V @ x @ sp.V.mT
+            trial_Y = _sym(Y + sp.V @ x @ sp.V.mT)  # re-symmetrised: rounding of a large step is not symmetric
             trial = _spectrum(trial_Y, red, eps2(), R)
             factorizations += 1
             actual = f0 - trial.s.sum(-1)
@@ -305,18 +339,21 @@ def _newton(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: f
     residual = _residual(W, Phi) if exact_residual else r_norm.to(_real(dt))
     mu_phi = sp.lam / (sp.lam + eps2()[..., 0])  # eigenvalues of ΦᵀΦ = S⁻¹MS⁻¹
     return StiefelSolution(Phi, X, residual, iterations, bool((residual <= tol).all()), 0, products,
-                           factorizations, (sp.V, mu_phi), red.tangent_norm)
+                           factorizations, (sp.V, mu_phi), red.tangent_norm, Y)
 
 
 def _newton_deficient(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, red: _Reduced, *, tol: float,
                       max_iter: int, smoothing: float, max_cg: int, exact_residual: bool,
-                      warm: torch.Tensor | None, trace: list | None, rank_rtol: float) -> StiefelSolution:
+                      warm: torch.Tensor | None, trace: list | None, rank_rtol: float,
+                      Y0: torch.Tensor | None = None) -> StiefelSolution:
     """Matrix by matrix: the row-space reduction where it applies (:mod:`svmuon.orthogonal.stiefel_rank`),
     else the general Newton; results stacked back into the batch."""
     from svmuon.orthogonal.stiefel_rank import solve_deficient
 
     batch = W.shape[:-2]
     Wf, Gf = W.reshape(-1, *W.shape[-2:]), G.reshape(-1, *G.shape[-2:])
+    if Y0 is not None:  # the row-space reduction takes X: X0 = Y0 - [WᵀG]_sym (red.S, already formed)
+        X0 = Y0.to(WORK_DTYPE) - red.S
     X0f = None if X0 is None else X0.reshape(-1, *X0.shape[-2:])
     warmf = None if warm is None else warm.reshape(-1)
     opts = dict(tol=tol, max_iter=max_iter, smoothing=smoothing, max_cg=max_cg, exact_residual=exact_residual)
@@ -333,18 +370,19 @@ def _newton_deficient(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None,
                           stack([s.residual for s in sols]), max(s.iterations for s in sols),
                           all(s.converged for s in sols), 0, sum(s.cg_iterations for s in sols),
                           sum(s.factorizations for s in sols), eig, red.tangent_norm)
+    out.Y = out.X + red.S
     return out
 
 
 def _reduced_fixed_point(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: float,
                          max_iter: int, smoothing: float, warm: torch.Tensor | None = None,
-                         trace: list | None = None) -> StiefelSolution:
+                         trace: list | None = None, Y0: torch.Tensor | None = None) -> StiefelSolution:
     """Su's fixed point in the reduced variables: ``Y <- L_S⁻¹(KS - SK)``, ``S = (M + ε²I)^{1/2}``, which is
     the preconditioned gradient step ``Y <- Y - P⁻¹∇f_ε`` (``P = ½c`` in the eigenbasis; thm-fixed-point-pcg)."""
     red = _reduce(W, G)
     sigma2 = torch.where(red.sigma2 > 0, red.sigma2, torch.ones_like(red.sigma2))
     eps2 = (smoothing * smoothing) * sigma2
-    Y = _start(red, X0, warm)
+    Y = _start(red, X0, warm, Y0)
     sp = _spectrum(Y, red, eps2, None)
     factorizations = 1
     t0 = time.perf_counter()
@@ -357,7 +395,7 @@ def _reduced_fixed_point(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | No
         if iterations == max_iter or not bool(active.any()):
             break
         c, _ = _hessian_parts(sp.s)
-        Y = torch.where(active[..., None, None], Y - sp.V @ (g / (0.5 * c)) @ sp.V.mT, Y)
+        Y = torch.where(active[..., None, None], _sym(Y - sp.V @ (g / (0.5 * c)) @ sp.V.mT), Y)
         sp = _spectrum(Y, red, eps2, None)
         factorizations += 1
     X = Y - red.S
@@ -365,7 +403,7 @@ def _reduced_fixed_point(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | No
     Phi = G @ Sinv.to(G.dtype) + W @ (X @ Sinv).to(G.dtype)
     residual = _residual(W, Phi)
     return StiefelSolution(Phi, X, residual, iterations, bool((residual <= tol).all()), 0, 0, factorizations,
-                           (sp.V, sp.lam / (sp.lam + eps2[..., 0])), red.tangent_norm)
+                           (sp.V, sp.lam / (sp.lam + eps2[..., 0])), red.tangent_norm, Y)
 
 
 def _record(trace: list | None, t0: float, residual: torch.Tensor, iteration: int, msign_calls: int,

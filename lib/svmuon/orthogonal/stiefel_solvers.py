@@ -143,19 +143,26 @@ def solve(W: torch.Tensor, G: torch.Tensor, *, method: str = "newton", tol: floa
           X0: torch.Tensor | None = None, orthogonalize: Callable[[torch.Tensor], torch.Tensor] | None = None,
           smoothing: float = 1e-6, max_cg: int = 100, alpha: float = 0.01,
           exact_residual: bool = True, warm: torch.Tensor | None = None,
-          trace: list | None = None, rank_rtol: float = 1e-6) -> StiefelSolution:
+          trace: list | None = None, rank_rtol: float = 1e-6, Y0: torch.Tensor | None = None) -> StiefelSolution:
     """The unchecked kernel behind :func:`stiefel_direction` (tall ``(..., m, n)`` tensors, same shape).
     ``exact_residual=False`` lets ``"newton"`` report its n × n residual ``2‖∇f_ε‖_F`` (which leaves out the
     rounding of assembling ``Φ``) and save one m × n × n product. ``warm`` (bool ``(...)``): use ``X0`` only
     where True (the cold start elsewhere). ``trace``: a list that receives one dict per iteration (seconds
-    since the start, the largest residual, msign calls, factorizations, CG products); it synchronises."""
+    since the start, the largest residual, msign calls, factorizations, CG products); it synchronises.
+    ``Y0``: warm start in the reduced multiplier ``Y = [WᵀG]_sym + X`` (:class:`StiefelSolution` ``.Y``), instead
+    of ``X0``; the optimizer's choice (its optimum depends on the tangent part of ``G`` only)."""
+    if Y0 is not None and X0 is not None:
+        raise ValueError("pass X0 or Y0, not both")
     if max_iter is None:
         max_iter = _DEFAULT_MAX_ITER[method]
     if method == "newton":
         return _newton(W, G, X0, tol=tol, max_iter=max_iter, smoothing=smoothing, max_cg=max_cg,
-                       exact_residual=exact_residual, warm=warm, trace=trace, rank_rtol=rank_rtol)
+                       exact_residual=exact_residual, warm=warm, trace=trace, rank_rtol=rank_rtol, Y0=Y0)
     if method == "fixed_point_reduced":
-        return _reduced_fixed_point(W, G, X0, tol=tol, max_iter=max_iter, smoothing=smoothing, warm=warm, trace=trace)
+        return _reduced_fixed_point(W, G, X0, tol=tol, max_iter=max_iter, smoothing=smoothing, warm=warm,
+                                    trace=trace, Y0=Y0)
+    if Y0 is not None:  # the msign-based solvers iterate on X itself
+        X0 = Y0.to(WORK_DTYPE) - _sym((W.mT @ G).to(WORK_DTYPE))
     orth = orthogonalize if orthogonalize is not None else _default_orthogonalize()
     if method == "fixed_point":
         return _fixed_point(W, G, X0, tol=tol, max_iter=max_iter, orthogonalize=orth, warm=warm, trace=trace)
@@ -205,7 +212,7 @@ def _check_point_pair(W: Any, G: Any) -> tuple[torch.Tensor, torch.Tensor, bool]
 def stiefel_direction(W: Any, G: Any, *, method: str = "newton", tol: float = 1e-6, max_iter: int | None = None,
                       X0: Any = None, orthogonalize: Callable[[torch.Tensor], torch.Tensor] | None = None,
                       smoothing: float = 1e-6, max_cg: int = 100, alpha: float = 0.01,
-                      trace: list | None = None, rank_rtol: float = 1e-6) -> StiefelSolution:
+                      trace: list | None = None, rank_rtol: float = 1e-6, Y0: Any = None) -> StiefelSolution:
     """Steepest-ascent direction on ``St(m, n)``: ``Φ`` maximising ``tr(GᵀΦ)`` over ``‖Φ‖₂ <= 1`` and
     ``WᵀΦ + ΦᵀW = 0`` (eq-stiefel-problem), by the chosen solver (see the module docstring).
 
@@ -218,6 +225,9 @@ def stiefel_direction(W: Any, G: Any, *, method: str = "newton", tol: float = 1e
         max_iter: outer iteration cap (default 50 / 100 / 200 / 100 by method); the cost is bounded by it.
         X0: warm start, ``(..., n, n)`` symmetric (e.g. the previous ``X``); default ``-[WᵀG]_sym``, the
             orthogonal group's multiplier.
+        Y0: warm start in the reduced multiplier ``Y = [WᵀG]_sym + X`` instead (e.g. the previous solution's
+            ``Y``, scaled with the norm of ``G``): the better one between optimizer steps, since the optimum in
+            ``Y`` depends only on the tangent part of ``G``. At most one of ``X0`` and ``Y0``.
         orthogonalize: ``Z -> msign(Z)`` used by ``"fixed_point"`` and ``"dual_ascent"`` (default: exact,
             by SVD), e.g. an :class:`~svmuon.orthogonal.msign.Orthogonalizer`.
         smoothing: ``ε / σ̄`` of the smoothed dual (``"newton"``, ``"fixed_point_reduced"``), with
@@ -252,25 +262,50 @@ def stiefel_direction(W: Any, G: Any, *, method: str = "newton", tol: float = 1e
     if orthogonalize is not None and not callable(orthogonalize):
         raise TypeError(f"orthogonalize must be a callable Z -> msign(Z), got {type(orthogonalize).__name__}")
     Wt, Gt, was_numpy = _check_point_pair(W, G)
-    X0t = None
-    if X0 is not None:
-        X0t, _ = as_tensor(X0, "X0")
-        check_float(X0t, "X0", (torch.float32, torch.float64))
-        check_matrix(X0t, "X0", square=True)
-        check_finite(X0t, "X0")
+    from svmuon.orthogonal.msign import power_of_two_scale
+
+    # Φ does not depend on the size of G (X and Y scale with it): solve for G / c, c a power of two (exact),
+    # so that no product over- or underflows, and scale the multipliers back
+    c = power_of_two_scale(Gt)
+    Gt = Gt / c
+    if X0 is not None and Y0 is not None:
+        raise ValueError("pass at most one warm start, X0 or Y0")
+    starts = {}
+    for name, value in (("X0", X0), ("Y0", Y0)):
+        if value is None:
+            continue
+        T, _ = as_tensor(value, name)
+        check_float(T, name, (torch.float32, torch.float64))
+        check_matrix(T, name, square=True)
+        check_finite(T, name)
         n = Wt.shape[-1]
-        if X0t.shape[-1] != n:
-            raise ValueError(f"X0 must be (..., {n}, {n}) for W of shape {tuple(Wt.shape)}, got {tuple(X0t.shape)}")
-        X0t = _sym(X0t.to(WORK_DTYPE)).expand(*Wt.shape[:-2], n, n)
+        if T.shape[-1] != n:
+            raise ValueError(f"{name} must be (..., {n}, {n}) for W of shape {tuple(Wt.shape)}, got {tuple(T.shape)}")
+        try:
+            start = _sym(T.to(WORK_DTYPE)).expand(*Wt.shape[:-2], n, n) / c.to(WORK_DTYPE)
+        except RuntimeError:
+            raise ValueError(f"the batch dimensions of {name} {tuple(T.shape)} do not broadcast to those of W "
+                             f"{tuple(Wt.shape)}") from None
+        ratio = float(start.abs().amax()) if start.numel() else 0.0
+        if ratio > 1e100:  # its square would overflow float64: no multiplier of this problem is that large
+            raise ValueError(f"{name} is too large for this G: max|{name}| / max|G| = {ratio:.3g} > 1e100 (the "
+                             "optimal multiplier is of the size of G)")
+        starts[name] = start
     rank_rtol = _positive(rank_rtol, "rank_rtol", allow_zero=True)
     if rank_rtol >= 1:
         raise ValueError(f"rank_rtol must be in [0, 1), got {rank_rtol!r}")
     if trace is not None and not isinstance(trace, list):
         raise TypeError(f"trace must be None or a list, got {type(trace).__name__}")
-    out = solve(Wt, Gt, method=method, tol=tol, max_iter=max_iter, X0=X0t, orthogonalize=orthogonalize,
-                smoothing=smoothing, max_cg=max_cg, alpha=alpha, trace=trace, rank_rtol=rank_rtol)
+    out = solve(Wt, Gt, method=method, tol=tol, max_iter=max_iter, X0=starts.get("X0"), Y0=starts.get("Y0"),
+                orthogonalize=orthogonalize, smoothing=smoothing, max_cg=max_cg, alpha=alpha, trace=trace,
+                rank_rtol=rank_rtol)
+    c64 = c.to(WORK_DTYPE)
+    out.X = out.X * c64
+    out.Y = None if out.Y is None else out.Y * c64
+    out.tangent_norm = None if out.tangent_norm is None else out.tangent_norm * c64[..., 0, 0]
     if was_numpy:
         out.Phi, out.X, out.residual = out.Phi.numpy(), out.X.numpy(), out.residual.numpy()
+        out.Y = None if out.Y is None else out.Y.numpy()
     return out
 
 
