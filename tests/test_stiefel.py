@@ -173,9 +173,11 @@ def test_float32_stays_on_the_manifold_for_thousands_of_steps(shape, gen):
     assert float(M.defect(ps[0].detach())) <= 1e-5
 
 
-@pytest.mark.parametrize("shape", [(10, 4), (4, 10), pytest.param((10, 9), marks=pytest.mark.slow)],
-                         ids=["tall", "wide", "near_square"])
-def test_reaches_the_nearest_point(shape, gen):
+@pytest.mark.parametrize("shape,dtype", [((10, 4), torch.float64), ((4, 10), torch.float64),
+                                         ((10, 4), torch.float32), ((4, 10), torch.float32),
+                                         pytest.param((10, 9), torch.float64, marks=pytest.mark.slow)],
+                         ids=["tall", "wide", "tall_float32", "wide_float32", "near_square"])
+def test_reaches_the_nearest_point(shape, dtype, gen):
     # minimise ‖W - B‖_F² on St: the answer is msign(B) (the polar factor); B with singular values in [1, 2]
     # (a well-conditioned optimum, so a decaying step reaches it quickly)
     k = min(shape)
@@ -184,7 +186,8 @@ def test_reaches_the_nearest_point(shape, gen):
     B = U @ np.diag(np.linspace(1.0, 2.0, k)) @ V.T
     B = torch.from_numpy(B if shape[0] >= shape[1] else B.T.copy())
     answer = torch.from_numpy(_polar(B.numpy()))
-    W = torch.nn.Parameter(_point(gen, *shape))
+    B = B.to(dtype)
+    W = torch.nn.Parameter(_point(gen, *shape, dtype=dtype))
     opt = ManifoldMuon([W], lr=0.1, momentum=0.5, manifold=Stiefel(), msign_method="svd")
     for k in range(300):
         opt.zero_grad()
@@ -192,7 +195,32 @@ def test_reaches_the_nearest_point(shape, gen):
         opt.step()
         for group in opt.param_groups:
             group["lr"] = 0.1 * 0.98**k  # a fixed spectral step oscillates at distance ~lr
-    torch.testing.assert_close(W.detach(), answer, rtol=0, atol=1e-3)
+    torch.testing.assert_close(W.detach().double(), answer, rtol=0, atol=1e-3)
+    assert float(M.defect(W.detach())) <= (1e-12 if dtype == torch.float64 else 1e-5)
+
+
+def test_two_steps_match_the_formula_with_torch_muons_momentum(gen):
+    # the momentum buffer is torch.optim.Muon's (same gradients, its own implementation), and each step is the
+    # polar retraction (scipy) of -ηΦ with Φ the SDP's steepest direction (cvxpy) for the Nesterov update
+    from svmuon.orthogonal.references import stiefel_direction_sdp
+
+    lr, mu = 0.2, 0.8
+    W = torch.nn.Parameter(_point(gen, 9, 4))
+    ref = torch.nn.Parameter(torch.randn(9, 4, dtype=torch.float64))
+    opt = ManifoldMuon([W], lr=lr, momentum=mu, manifold=Stiefel(tol=1e-12), polar_every=0)
+    torch_muon = torch.optim.Muon([ref], lr=lr, momentum=mu, nesterov=True, weight_decay=0.0)
+    Wk = W.detach().clone()
+    for _ in range(2):
+        g = torch.randn(9, 4, generator=gen, dtype=torch.float64)
+        W.grad, ref.grad = g.clone(), g.clone()
+        opt.step()
+        torch_muon.step()
+        B = torch_muon.state[ref]["momentum_buffer"]
+        torch.testing.assert_close(opt.state[W]["momentum_buffer"], B, rtol=0, atol=1e-15)
+        U = (1 - mu) * g + mu * B
+        Phi, _ = stiefel_direction_sdp(Wk.numpy(), U.numpy())
+        Wk = torch.from_numpy(_polar((Wk - lr * torch.from_numpy(Phi)).numpy()))
+        torch.testing.assert_close(W.detach(), Wk, rtol=0, atol=2e-6)  # the SDP solver's accuracy
 
 
 def test_batched_equals_separate(gen):

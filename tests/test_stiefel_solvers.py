@@ -330,6 +330,27 @@ def test_bad_warm_starts_give_clear_errors():
         stiefel_direction(W, G, Y0=np.full((3, 3), np.nan))
 
 
+def test_the_optimum_is_not_unique_for_a_rank_deficient_gradient():
+    # the SDP over its optimal face, pushed towards +Z and -Z, finds two optimal directions far apart; Newton's
+    # (the least-norm completion of prop-stiefel-rank) is optimal too. On a full-rank draw the face is a point:
+    # the two tiebreaks differ only by what the 1e-7 slack allows (O(√slack))
+    W, G = CASES["rank2_G_12x5"]
+    Z = np.random.default_rng(16).standard_normal(G.shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        P1, v = stiefel_direction_sdp(W, G, tiebreak=Z)
+        P2, _ = stiefel_direction_sdp(W, G, tiebreak=-Z)
+        W8, G8 = CASES["8x3"]
+        Q1, _ = stiefel_direction_sdp(W8, G8, tiebreak=Z[:8, :3])
+        Q2, _ = stiefel_direction_sdp(W8, G8, tiebreak=-Z[:8, :3])
+    P3 = stiefel_direction(W, G, tol=1e-10).Phi
+    for P in (P1, P2, P3):
+        assert float(np.sum(G * P)) == pytest.approx(v, rel=2e-7)  # the face's slack, 1e-7, plus the SDP's accuracy
+        assert np.linalg.norm(W.T @ P + P.T @ W) <= 1e-8 and np.linalg.norm(P, 2) <= 1 + 1e-6
+    assert np.linalg.norm(P1 - P2) > 1.0 and np.linalg.norm(P1 - P3) > 0.5
+    assert np.linalg.norm(Q1 - Q2) < 0.05
+
+
 # -- rank-deficient gradients (prop-stiefel-rank) -----------------------------------------------------------------
 @pytest.mark.parametrize("shape,r", [((12, 5), 3), ((16, 15), 10), ((30, 10), 9)])
 def test_rank_deficient_gradient_reduces_to_its_row_space(shape, r):

@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="untimed optimizer steps first (the momentum buffer and the warm start settle)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: comparable on a shared machine)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random test matrices (default 0)")
+    parser.add_argument("--note", default="",
+                        help="what the JSON should say about the machine while it ran (e.g. 'quiet', 'shared')")
     parser.add_argument("--output", default=None, help="JSON path (default benchmarks/results/stiefel-cpu-<date>.json)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -173,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
               f"(median {r['ratio_median']:.2f}; Newton iterations {r['newton_iterations_mean']:.1f})", flush=True)
         ratios.append(r)
     path = write_result(args.output or default_output("stiefel"), "stiefel", {"solvers": rows, "step_ratio": ratios},
-                        settings=vars(args), note="CPU shared with other jobs while measured; ratios are taken "
-                                                  "within one run, interleaved, from the fastest rounds")
+                        settings=vars(args),
+                        note=" ".join(filter(None, [args.note, "ratios are taken within one run, interleaved, from the "
+                                                                "fastest rounds"])))
     print(f"wrote {path}")
     return 0
 

@@ -195,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds, one run per seed and method")
     parser.add_argument("--methods", nargs="+", default=list(GRIDS), choices=list(GRIDS), help="optimizers to compare (default: all)")
     parser.add_argument("--output", type=Path, default=None, help="JSON path (default experiments/results/stiefel-digits.json)")
+    parser.add_argument("--note", default="", help="what the JSON should say about the machine while it ran")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     data = load_digits_split()
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"experiment": NAME, "sizes": SIZES, "epochs": args.epochs, "other_lr": OTHER_LR,
                                "grids": GRIDS, "tuning": tuning, "runs": final,
-                               "note": "CPU shared with other jobs; step times are single-thread medians"},
+                               "note": " ".join(filter(None, [args.note, "step times are single-thread medians"]))},
                               indent=1) + "\n")
     print("wrote", out)
     return 0

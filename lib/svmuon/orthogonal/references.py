@@ -21,13 +21,20 @@ __all__ = ["stiefel_direction_sdp"]
 
 
 def stiefel_direction_sdp(W: np.ndarray, G: np.ndarray, *, tol: float = 1e-10,
-                          solver: str = "CLARABEL") -> tuple[np.ndarray, float]:
+                          solver: str = "CLARABEL", tiebreak: np.ndarray | None = None,
+                          slack: float = 1e-7) -> tuple[np.ndarray, float]:
     """Solve ``max tr(GᵀΦ)`` s.t. ``‖Φ‖₂ <= 1``, ``WᵀΦ + ΦᵀW = 0`` as an SDP (diamond2016cvxpy).
 
     Args:
         W: ``(m, n)`` float64 array with orthonormal columns (m >= n). G: ``(m, n)`` float64 array.
         tol: the solver's gap and feasibility tolerances.
         solver: a cvxpy conic solver that handles SDPs (``"CLARABEL"`` default, or ``"SCS"``).
+        tiebreak: ``(m, n)`` array ``Z`` or ``None``. Given, a second SDP picks, among the directions whose
+            value is within ``slack · max(1, value)`` of the optimum, the one maximising ``tr(ZᵀΦ)``: where
+            the optimum is not unique, different ``Z`` find different optimal directions (the chapter's
+            non-uniqueness section). The returned value is still the first stage's optimum.
+        slack: relative slack of the optimal-face constraint of the tiebreak (a little above ``tol``, so the
+            second problem stays strictly feasible).
 
     Returns:
         ``(Phi, value)``: the maximiser (exactly tangent by construction, ``‖Phi‖₂ <= 1`` to the solver's
@@ -56,16 +63,29 @@ def stiefel_direction_sdp(W: np.ndarray, G: np.ndarray, *, tol: float = 1e-10,
         objective = objective + cp.trace((W_perp.T @ G).T @ E)
     else:
         stacked = Omega
+    def run(problem):  # noqa: ANN001, ANN202
+        if solver == "CLARABEL":
+            problem.solve(solver=solver, tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol)
+        elif solver == "SCS":
+            problem.solve(solver=solver, eps=tol, max_iters=200_000)
+        else:
+            problem.solve(solver=solver)
+        Phi = W @ Omega.value + (W_perp @ E.value if m > n else 0.0)
+        # "optimal_inaccurate" (CLARABEL near degenerate optima) is accepted when the answer is feasible to 1e-6
+        if problem.status not in ("optimal", "optimal_inaccurate") or \
+                not np.linalg.norm(Phi, 2) <= 1 + max(1e3 * tol, 1e-6):
+            raise ValueError(f"the SDP solver {solver} returned status {problem.status!r}")
+        return np.asarray(Phi)
+
     problem = cp.Problem(cp.Maximize(objective), [cp.sigma_max(stacked) <= 1])
-    if solver == "CLARABEL":
-        problem.solve(solver=solver, tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol)
-    elif solver == "SCS":
-        problem.solve(solver=solver, eps=tol, max_iters=200_000)
-    else:
-        problem.solve(solver=solver)
-    Phi = W @ Omega.value + (W_perp @ E.value if m > n else 0.0)
-    # "optimal_inaccurate" (CLARABEL near degenerate optima) is accepted when the answer is feasible to 1e-6
-    if problem.status not in ("optimal", "optimal_inaccurate") or \
-            not np.linalg.norm(Phi, 2) <= 1 + max(1e3 * tol, 1e-6):
-        raise ValueError(f"the SDP solver {solver} returned status {problem.status!r}")
-    return np.asarray(Phi), float(problem.value)
+    Phi = run(problem)
+    value = float(problem.value)
+    if tiebreak is not None:
+        Z = np.asarray(tiebreak, dtype=float)
+        if Z.shape != W.shape:
+            raise ValueError(f"tiebreak must have the shape of W {W.shape}, got {Z.shape}")
+        second = (W.T @ Z).T @ Omega
+        second = cp.trace(second + ((W_perp.T @ Z).T @ E if m > n else 0))
+        face = objective >= value - slack * max(1.0, abs(value))
+        Phi = run(cp.Problem(cp.Maximize(second), [cp.sigma_max(stacked) <= 1, face]))
+    return Phi, value
