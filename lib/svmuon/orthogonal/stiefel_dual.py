@@ -23,6 +23,8 @@ import torch
 __all__ = ["WORK_DTYPE"]  # StiefelSolution is public through svmuon.orthogonal.stiefel_solvers
 
 WORK_DTYPE = torch.float64  # the n × n solve; its cost is small next to the m × n products
+_EPS_START = 1e-2  # continuation: the largest starting ε/σ̄
+_EPS_SHRINK = 100.0  # continuation: ε drops by this factor per stage
 
 
 @dataclass
@@ -267,7 +269,7 @@ def _newton(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: f
     sigma = torch.sqrt(sigma2[..., 0, 0])
     # continuation only where the start is near a singular M (else ε = smoothing from the first step)
     cont = sp.lam.amin(dim=-1).sqrt() < 0.1 * sigma
-    eps_rel = torch.where(cont, torch.clamp(torch.maximum(r0, eps_rel), max=max(1e-2, smoothing)), eps_rel)
+    eps_rel = torch.where(cont, torch.clamp(torch.maximum(r0, eps_rel), max=max(_EPS_START, smoothing)), eps_rel)
     sp = _Spectrum(sp.V, sp.lam, torch.sqrt(sp.lam + eps2()[..., 0]))
     mu = torch.zeros_like(red.sigma2)
     unit = torch.finfo(WORK_DTYPE).eps
@@ -285,13 +287,13 @@ def _newton(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *, tol: f
         late = ~cont & (sp.lam.amin(dim=-1).sqrt() < 0.1 * sigma) & (r_norm > tol)
         if bool(late.any()):  # heading for a singular optimum after all: continue from ε ~ residual, once
             cont = cont | late
-            eps_rel = torch.where(late, torch.clamp(torch.maximum(r_norm, eps_rel), max=max(1e-2, smoothing)), eps_rel)
+            eps_rel = torch.where(late, torch.clamp(torch.maximum(r_norm, eps_rel), max=max(_EPS_START, smoothing)), eps_rel)
             sp = _Spectrum(sp.V, sp.lam, torch.sqrt(sp.lam + eps2()[..., 0]))
             g = _sym(b / sp.s[..., None, :])
             r_norm = 2 * torch.linalg.matrix_norm(g)
         shrink = (r_norm <= eps_rel) & (eps_rel > smoothing)
         if bool(shrink.any()):  # next stage of the continuation for those matrices
-            eps_rel = torch.where(shrink, torch.clamp(eps_rel / 100, min=smoothing), eps_rel)
+            eps_rel = torch.where(shrink, torch.clamp(eps_rel / _EPS_SHRINK, min=smoothing), eps_rel)
             mu = torch.where(shrink[..., None, None], torch.zeros_like(mu), mu)
             s = torch.sqrt(sp.lam + eps2()[..., 0])
             sp = _Spectrum(sp.V, sp.lam, s)
