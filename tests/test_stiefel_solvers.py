@@ -322,7 +322,7 @@ def test_bad_warm_starts_give_clear_errors():
     W, G = CASES["8x3"]
     with pytest.raises(ValueError, match="X0 or Y0"):
         stiefel_direction(W, G, X0=np.zeros((3, 3)), Y0=np.zeros((3, 3)))
-    with pytest.raises(ValueError, match="batch dimensions of X0"):
+    with pytest.raises(ValueError, match="X0 has batch dimensions"):
         stiefel_direction(W, G, X0=np.zeros((2, 3, 3)))
     with pytest.raises(ValueError, match="Y0 is too large"):
         stiefel_direction(W, G, Y0=1e200 * np.eye(3))
@@ -349,6 +349,24 @@ def test_the_optimum_is_not_unique_for_a_rank_deficient_gradient():
         assert np.linalg.norm(W.T @ P + P.T @ W) <= 1e-8 and np.linalg.norm(P, 2) <= 1 + 1e-6
     assert np.linalg.norm(P1 - P2) > 1.0 and np.linalg.norm(P1 - P3) > 0.5
     assert np.linalg.norm(Q1 - Q2) < 0.05
+
+
+def test_answer_key_and_default_tol_refuse_bad_input():
+    from svmuon.orthogonal.stiefel import default_tol
+
+    W, G = CASES["8x3"]
+    for kw, match in ((dict(tiebreak=np.full((8, 3), np.nan)), "tiebreak must be a finite array"),
+                      (dict(tiebreak=np.ones((3, 3))), "tiebreak must be a finite array"),
+                      (dict(tiebreak=np.ones((8, 3)), slack=-1e-3), "slack must be a finite number"),
+                      (dict(tiebreak=np.ones((8, 3)), slack=float("nan")), "slack must be a finite number")):
+        with pytest.raises(ValueError, match=match):
+            stiefel_direction_sdp(W, G, **kw)
+    with pytest.raises(TypeError, match="dtype must be"):
+        default_tol(torch.float16, 4)
+    with pytest.raises(TypeError, match="n must be an integer"):
+        default_tol(torch.float32, 2.5)
+    with pytest.raises(ValueError, match="n must be an integer"):
+        default_tol(torch.float32, 0)
 
 
 # -- rank-deficient gradients (prop-stiefel-rank) -----------------------------------------------------------------

@@ -41,7 +41,8 @@ def stiefel_direction_sdp(W: np.ndarray, G: np.ndarray, *, tol: float = 1e-10,
         feasibility tolerance) and the optimal value.
 
     Raises:
-        ValueError: bad shapes, ``W`` without orthonormal columns, or a solver status other than
+        ValueError: bad shapes, ``W`` without orthonormal columns, a ``tiebreak`` that is not a finite array of
+            ``W``'s shape, a ``slack`` that is not a finite number >= 0, or a solver status other than
             optimal / optimal_inaccurate with a feasible answer (``‖Phi‖₂ <= 1 + max(1e3 tol, 1e-6)``).
     """
     import cvxpy as cp
@@ -70,6 +71,8 @@ def stiefel_direction_sdp(W: np.ndarray, G: np.ndarray, *, tol: float = 1e-10,
             problem.solve(solver=solver, eps=tol, max_iters=200_000)
         else:
             problem.solve(solver=solver)
+        if Omega.value is None or (m > n and E.value is None):
+            raise ValueError(f"the SDP solver {solver} returned status {problem.status!r} (no solution)")
         Phi = W @ Omega.value + (W_perp @ E.value if m > n else 0.0)
         # "optimal_inaccurate" (CLARABEL near degenerate optima) is accepted when the answer is feasible to 1e-6
         if problem.status not in ("optimal", "optimal_inaccurate") or \
@@ -82,8 +85,10 @@ def stiefel_direction_sdp(W: np.ndarray, G: np.ndarray, *, tol: float = 1e-10,
     value = float(problem.value)
     if tiebreak is not None:
         Z = np.asarray(tiebreak, dtype=float)
-        if Z.shape != W.shape:
-            raise ValueError(f"tiebreak must have the shape of W {W.shape}, got {Z.shape}")
+        if Z.shape != W.shape or not np.isfinite(Z).all():
+            raise ValueError(f"tiebreak must be a finite array of the shape of W {W.shape}, got shape {Z.shape}")
+        if isinstance(slack, bool) or not isinstance(slack, (int, float)) or not 0 <= slack < float("inf"):
+            raise ValueError(f"slack must be a finite number >= 0, got {slack!r}")
         second = (W.T @ Z).T @ Omega
         second = cp.trace(second + ((W_perp.T @ Z).T @ E if m > n else 0))
         face = objective >= value - slack * max(1.0, abs(value))

@@ -14,8 +14,9 @@ and the wide weights of a network; ``transpose_wide=False`` refuses wide input.
   for a partial isometry (μ ∈ {0, 1}) that is the source's closed form ``(W - ηΦ)(I - P + P/√(1+η²))``
   (thm-stiefel-retraction). The Stiefel direction need not be a partial isometry (at a non-smooth optimum
   it has singular values strictly between 0 and 1), so the kernel uses the eigen-decomposition the solver
-  returns and one Newton–Schulz refinement against the exact Gram matrix (exact to second order in the
-  solver's tangent residual);
+  returns and two Newton–Schulz refinements against the exact Gram matrix (they remove the error of a
+  tangent residual or of a drifted ``W`` to fourth order); a public call with a ``Φ`` that is not tangent
+  falls back to the polar retraction by SVD;
 * nearest point: the polar factor (the orthonormal factor ``UVᵀ`` of a thin SVD).
 
 References:
@@ -237,6 +238,32 @@ class Stiefel(Manifold):
             mu, V = torch.linalg.eigh((sol.Phi.mT @ sol.Phi).to(torch.float64))
         return sol.Phi, sol, V, mu
 
+    def retract_along(self, W: Any, Phi: Any, eta: float) -> Any:
+        """Polar retraction ``R_W(-ηΦ)``: the nearest point of St(m, n) to ``W - ηΦ`` (thm-stiefel-retraction).
+
+        For tangent ``Φ`` with ``ΦᵀΦ = V diag(μ) Vᵀ`` (any singular values in [0, 1], as the Stiefel direction
+        has at a non-smooth optimum) this is ``(W - ηΦ) V diag(1 + η²μ)^{-1/2} Vᵀ``, computed with two
+        Newton–Schulz refinements against the exact Gram matrix; for a partial isometry it is the source's
+        closed form ``(W - ηΦ)(I - P + P/√(1+η²))``. A ``Φ`` that is not tangent (the result would be off the
+        manifold by more than ``10√eps``) falls back to ``retract(W, -ηΦ)``, the same definition by SVD.
+
+        Args:
+            W: point ``(..., m, n)`` (wide: orthonormal rows). Phi: same matrix shape, batch broadcastable to
+                ``W``'s. eta: step length >= 0.
+
+        Returns:
+            The new point: the type, shape and dtype of ``W``.
+
+        Raises:
+            TypeError: non-float matrices, ``eta`` not a real number.
+            ValueError: bad shapes, non-finite entries, ``W`` not a point (``‖WᵀW - I‖_max > √eps`` of its
+                dtype), a bad ``eta``, or a ``W - ηΦ`` without a unique nearest point.
+
+        References:
+            su2025stiefel, absil2008optimization, higham2008functions.
+        """
+        return super().retract_along(W, Phi, eta)
+
     # -- kernels (svmuon.orthogonal.base) ----------------------------------------------------------------------
     def _init_state(self, W: torch.Tensor) -> dict[str, torch.Tensor]:
         n = min(W.shape[-2:])
@@ -331,9 +358,29 @@ class Stiefel(Manifold):
 
 
 def default_tol(dtype: torch.dtype, n: int) -> float:
-    """The solvers' default tangent tolerance for a ``Φ`` of ``dtype`` with n columns (tall orientation): 1e-6,
-    raised for float32 to ``8 eps √n``, about twice the tangent residual that assembling ``Φ`` in float32 leaves
-    by itself (measured ``3-4 eps √n``; ``tests/test_stiefel.py::test_float32_floor_of_the_assembled_direction``)."""
+    """The solvers' default tangent tolerance ``‖WᵀΦ + ΦᵀW‖_F`` for a ``Φ`` of ``dtype`` with n columns.
+
+    1e-6 in float64; in float32 ``max(1e-6, 8 eps √n)`` (eps = 2^-23; 1.5e-5 at n = 256), about twice the
+    tangent residual that assembling ``Φ`` in float32 leaves by itself (measured ``3-4 eps √n``,
+    ``tests/test_stiefel.py::test_float32_floor_of_the_assembled_direction``), so that the solver does not
+    spend a Newton iteration on accuracy the output cannot carry.
+
+    Args:
+        dtype: ``torch.float32`` or ``torch.float64``, the dtype of ``Φ`` (the parameter's).
+        n: number of columns of the tall orientation (``min(m, n)`` of the matrix), an int >= 1.
+
+    Returns:
+        The tolerance, a float.
+
+    Raises:
+        TypeError: another dtype, or a non-integer ``n``. ValueError: ``n < 1``.
+
+    References:
+        The chapter "The Stiefel case", section "The solvers side by side".
+    """
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
+    n = check_int(n, "n", minimum=1)
     if dtype == torch.float64:
         return 1e-6
     return max(1e-6, 8 * torch.finfo(torch.float32).eps * math.sqrt(n))

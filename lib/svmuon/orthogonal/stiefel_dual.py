@@ -33,9 +33,10 @@ class StiefelSolution:
 
     Attributes:
         Phi: ``(..., m, n)``, the direction (ascent: descend along ``-Phi``), dtype of ``G``.
-        X: ``(..., n, n)`` symmetric multiplier with ``Phi ≈ msign(G + WX)``.
+        X: ``(..., n, n)`` symmetric multiplier with ``Phi ≈ msign(G + WX)``, float64 (the n × n work's dtype)
+            whatever the dtype of ``G``.
         Y: ``(..., n, n)``, the reduced multiplier ``[WᵀG]_sym + X`` (thm-stiefel-reduction) where the solver
-            forms it (``"newton"``, ``"fixed_point_reduced"``), else ``None``. The optimum in ``Y`` depends on
+            forms it (``"newton"``, ``"fixed_point_reduced"``), else ``None``; float64 like ``X``. The optimum in ``Y`` depends on
             the tangent part of ``G`` only (``K`` and ``C``), so ``Y`` (pass it as ``Y0``), not ``X``, is the
             warm start for the next optimizer step: ``X`` also carries ``-[WᵀG]_sym``, which changes with
             every step of ``W`` and with the normal part of the update.

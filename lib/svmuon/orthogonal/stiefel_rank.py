@@ -17,8 +17,10 @@ with ``Q = [Q_R, Q_N]`` orthonormal, ``Q_R`` spanning the row space of ``G`` (ra
   semidefinite system in Λ, solved by CG). Its spectral norm is checked; above 1 (not seen in our tests)
   the general smoothed Newton is used instead.
 
-Treating singular values below ``rank_rtol · σ_max`` as zero solves the problem for a nearby ``G`` (the value
-changes by at most ``rank_rtol σ_max`` per discarded direction); a coarser ``rank_rtol`` makes the reduced
+Treating singular values below ``rank_rtol · σ_max`` as zero solves the problem for a nearby ``G'``: the optimal
+value is 1-Lipschitz in the nuclear norm (a support function), so it changes by at most the sum ``δ`` of the
+discarded singular values (each below ``rank_rtol σ_max``), and the direction returned is within ``2δ`` of optimal
+for ``G`` (the chapter's section "Training with it"); a coarser ``rank_rtol`` makes the reduced
 problem better conditioned and Newton faster, a trade the chapter measures on real gradients.
 
 The completion makes the optimum non-unique (any ``Φ_N`` of the set is optimal), and its singular values

@@ -23,8 +23,9 @@ Solvers (``method=``), each returning :class:`StiefelSolution` with iterations a
 
 * ``"newton"`` (the book's): Newton's method on ``f_ε`` in the n × n variable ``Y``, the Newton system
   solved by conjugate gradients preconditioned with the diagonal part of the Hessian in the eigenbasis of
-  ``M``, a backtracking line search, a warm start ``X0`` (the previous step's multiplier) and the
-  residual as stopping rule. No msign; per iteration one n × n eigendecomposition (or, near singular
+  ``M`` and stopped at the accuracy the next residual needs, a Levenberg–Marquardt damping driven by the
+  ratio of actual to predicted decrease, a warm start (``Y0``, the previous step's reduced multiplier, or
+  ``X0``) and the residual as stopping rule. No msign; per iteration one n × n eigendecomposition (or, near singular
   optima, one SVD of the stacked ``[Y + K; R]``, ``RᵀR = C``) and a few n × n products.
 * ``"fixed_point"`` (su2025stiefel): ``Φ = msign(G + WX)``, ``Q = (G + WX)ᵀΦ``, then ``X`` from the
   Lyapunov equation ``QX + XQ = -2[QA]_sym``; one msign (the ``orthogonalize`` callable) per iteration.
@@ -225,9 +226,10 @@ def stiefel_direction(W: Any, G: Any, *, method: str = "newton", tol: float = 1e
         max_iter: outer iteration cap (default 50 / 100 / 200 / 100 by method); the cost is bounded by it.
         X0: warm start, ``(..., n, n)`` symmetric (e.g. the previous ``X``); default ``-[WᵀG]_sym``, the
             orthogonal group's multiplier.
-        Y0: warm start in the reduced multiplier ``Y = [WᵀG]_sym + X`` instead (e.g. the previous solution's
-            ``Y``, scaled with the norm of ``G``): the better one between optimizer steps, since the optimum in
-            ``Y`` depends only on the tangent part of ``G``. At most one of ``X0`` and ``Y0``.
+        Y0: warm start in the reduced multiplier ``Y = [WᵀG]_sym + X`` instead, ``(..., n, n)``: e.g. the previous
+            solution's ``Y`` times ``‖G_new‖_F / ‖G_old‖_F`` (the multipliers are positively homogeneous in ``G``).
+            The better one between optimizer steps, since the optimum in ``Y`` depends only on the tangent part
+            of ``G``. At most one of ``X0`` and ``Y0``; either is symmetrised (``(T + Tᵀ)/2``) before use.
         orthogonalize: ``Z -> msign(Z)`` used by ``"fixed_point"`` and ``"dual_ascent"`` (default: exact,
             by SVD), e.g. an :class:`~svmuon.orthogonal.msign.Orthogonalizer`.
         smoothing: ``ε / σ̄`` of the smoothed dual (``"newton"``, ``"fixed_point_reduced"``), with
@@ -284,8 +286,8 @@ def stiefel_direction(W: Any, G: Any, *, method: str = "newton", tol: float = 1e
         try:
             start = _sym(T.to(WORK_DTYPE)).expand(*Wt.shape[:-2], n, n) / c.to(WORK_DTYPE)
         except RuntimeError:
-            raise ValueError(f"the batch dimensions of {name} {tuple(T.shape)} do not broadcast to those of W "
-                             f"{tuple(Wt.shape)}") from None
+            raise ValueError(f"{name} has batch dimensions {tuple(T.shape[:-2])}, which do not broadcast to the batch "
+                             f"dimensions {tuple(Wt.shape[:-2])} of W (shape {tuple(Wt.shape)})") from None
         ratio = float(start.abs().amax()) if start.numel() else 0.0
         if ratio > 1e100:  # its square would overflow float64: no multiplier of this problem is that large
             raise ValueError(f"{name} is too large for this G: max|{name}| / max|G| = {ratio:.3g} > 1e100 (the "
