@@ -390,6 +390,45 @@ def test_rank_deficient_gradient_reduces_to_its_row_space(shape, r):
     assert np.sum((G @ QR) * reduced.Phi) == pytest.approx(value, rel=1e-6)
 
 
+@pytest.mark.parametrize("m,n,r,seed", [(9, 7, 3, 11), (9, 7, 3, 6), (7, 5, 4, 8), (8, 6, 3, 2), (8, 6, 3, 8)])
+def test_rank_deficient_completion_stays_feasible(m, n, r, seed):
+    # found by a random search (rank-r G, m - n < r, so D = PᵀP in the completion is singular): the completion
+    # amplified the reduced solve's error, and the previous version returned ‖Φ‖₂ = 1.0001 flagged converged
+    # (9×7, seed 11) or ‖Φ‖₂ = 1054 (7×5, seed 8), or stalled (9×7 seed 6, 8×6 seed 2). Now: float64 completion, ΦᵀΦ checked whole, a
+    # tight second reduced solve, tangent projection, and ‖Φ‖₂ <= 1 by scaling. Answer key: the SDP.
+    rng = np.random.default_rng(seed)
+    W = ss_Stiefel().project(rng.standard_normal((m, n)))  # the polar factor, as in the search
+    G = rng.standard_normal((m, r)) @ rng.standard_normal((r, n))
+    sol = stiefel_direction(W, G, tol=1e-6)
+    _, value = _sdp(W, G)
+    assert sol.converged and float(sol.residual) <= 1e-6
+    assert np.linalg.norm(sol.Phi, 2) <= 1 + 1e-8
+    assert float(np.sum(G * sol.Phi)) == pytest.approx(value, rel=1e-6)
+
+
+def test_random_instances_against_the_sdp():
+    # a random sweep like the one that found the cases above: shapes up to 12 rows, a random rank (30 %), sizes
+    # over 16 orders of magnitude. On each: the value within 1e-6 of the SDP's (relative) and ‖Φ‖₂ <= 1 + 1e-8,
+    # as the hard targets; the residual within 5e-8 rather than 1e-8, because at a singular optimum
+    # the assembly of Φ divides by ε = 1e-6 σ̄ and so amplifies rounding (measured: 1.3e-8 on a square 3×3, whose
+    # [WᵀG]_skew is singular, against <= 5e-9 elsewhere). The sweep also holds a square rank-1 G, where a
+    # version of the completion returned a direction 26 % below the optimum.
+    rng = np.random.default_rng(20261201)
+    St = ss_Stiefel()
+    for _ in range(60):
+        m = int(rng.integers(2, 13))
+        n = int(rng.integers(1, m + 1))
+        W = St.project(rng.standard_normal((m, n)))
+        r = int(rng.integers(1, n + 1)) if rng.random() < 0.3 else n
+        G = (rng.standard_normal((m, r)) @ rng.standard_normal((r, n))) * 10.0 ** rng.uniform(-8, 8)
+        sol = stiefel_direction(W, G, tol=1e-9, max_iter=200)
+        Gn = G / np.abs(G).max()
+        _, value = _sdp(W, Gn)
+        label = f"{m}x{n}, rank {r}"
+        assert float(np.sum(Gn * sol.Phi)) == pytest.approx(value, rel=1e-6), label
+        assert float(sol.residual) <= 5e-8 and np.linalg.norm(sol.Phi, 2) <= 1 + 1e-8, label
+
+
 def test_rank_precheck_and_batched_mixture():
     rng = np.random.default_rng(13)
     W = np.stack([_point(rng, 10, 4) for _ in range(2)])
