@@ -429,6 +429,21 @@ def test_random_instances_against_the_sdp():
         assert float(sol.residual) <= 5e-8 and np.linalg.norm(sol.Phi, 2) <= 1 + 1e-8, label
 
 
+@pytest.mark.parametrize("m,n,seed", [(3, 2, 0), (7, 5, 1), (9, 6, 2), (13, 12, 3), (15, 14, 4)])
+def test_float32_near_singular_optimum(m, n, seed):
+    # odd m with n > m/2: a singular optimum. In float32 the iteration stalled (residual up to 0.7, values 20 %
+    # off, ‖Φ‖₂ up to 1.3 on a random sweep); it now runs in float64 on a Björck-corrected W and returns float32
+    rng = np.random.default_rng(seed)
+    W64 = ss_Stiefel().project(rng.standard_normal((m, n)))
+    W, G = W64.astype(np.float32), rng.standard_normal((m, n)).astype(np.float32)
+    sol = stiefel_direction(torch.from_numpy(W), torch.from_numpy(G), tol=1e-5)
+    assert sol.Phi.dtype == torch.float32 and sol.converged
+    Phi = sol.Phi.double().numpy()
+    _, value = _sdp(ss_Stiefel().project(W.astype(np.float64)), G.astype(np.float64))
+    assert float(np.sum(G * Phi)) == pytest.approx(value, rel=1e-5)
+    assert np.linalg.norm(Phi, 2) <= 1 + 1e-6
+
+
 def test_rank_precheck_and_batched_mixture():
     rng = np.random.default_rng(13)
     W = np.stack([_point(rng, 10, 4) for _ in range(2)])

@@ -131,12 +131,19 @@ def solve_deficient(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *
         # m = n with D = 0) CG stops on a least-squares Λ and Φ is far from tangent: refused. Where Λ is large,
         # rounding of PΛ leaves a small tangent residual (measured: 1e-6 from a reduced residual of 6e-8),
         # which the projection P_W removes, moving Φ by that much.
+        # what the reduced direction reached, measured on Φ_R itself: a float32 point (orthonormal to ~1e-7) makes
+        # it exceed the n × n estimate by the error of WᵀW = I times ‖(M + ε²I)^{-1/2}‖, up to 1e-4 (measured)
+        reached = max(float(red.residual.max()), 2 * float(torch.linalg.matrix_norm(_sym(WR.mT @ red.Phi))))
+        slack = max(tol, reached, 1e-9)
         raw = _sym(W64.mT @ Phi64)
-        consistent = 2 * float(torch.linalg.matrix_norm(raw)) <= 10 * max(tol, 1e-9)
+        consistent = 2 * float(torch.linalg.matrix_norm(raw)) <= 10 * slack
         Phi64 = Phi64 - W64 @ raw
         mu, V = torch.linalg.eigh(_sym(Phi64.mT @ Phi64))  # ΦᵀΦ, measured rather than assumed block diagonal
-        if consistent and float(mu.max()) <= 1 + 1e-6:
+        excess = float(mu.max()) - 1
+        if consistent and excess <= 1e-6:
             break
+        if consistent and reached > tol_r and excess <= 10 * slack:
+            break  # the reduced solve hit its cap: its completion, scaled, is as good as it gets (unconverged)
         X0R = red.X.to(WORK_DTYPE)
     else:
         return None  # the completion's norm exceeds 1 even from a tight reduced solve: the general Newton decides
