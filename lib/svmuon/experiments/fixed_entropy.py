@@ -56,6 +56,7 @@ import torch
 from tqdm import tqdm  # plain: tqdm.auto warns on stderr in a notebook without ipywidgets (a chapter imports this)
 
 from svmuon._cli import describe
+from svmuon.experiments._loop import train_epoch
 
 NAME = "fixed-entropy"
 DELTAS = (3.0, 2.0, 1.2, 0.7, 0.42, 0.2, 0.1)  # δ = log k - h; δ = 0 is the "orthogonal" arm
@@ -272,15 +273,7 @@ def train(task: str, data: dict[str, Any], method: str, lr: float, seed: int, *,
             batches = torch.randperm(len(y), generator=gen).split(bs)
         else:
             batches = torch.randint(len(y), (per_epoch, bs), generator=gen).unbind(0)
-        total = 0.0
-        for idx in batches:
-            for o in opts:
-                o.zero_grad()
-            loss = torch.nn.functional.cross_entropy(net(X[idx]), y[idx])
-            loss.backward()
-            for o in opts:
-                o.step()
-            total += float(loss.detach()) * len(idx)
+        total = train_epoch(net, opts, X, y, batches)
         curve.append({"train_loss": total / sum(len(b) for b in batches),
                       "val_loss": _evaluate(net, Xv, data["val"][1])[0]})
         if arm:

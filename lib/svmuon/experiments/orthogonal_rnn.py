@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from svmuon._cli import describe
+from svmuon.experiments._loop import train_epoch
 
 NAME = "orthogonal-rnn"
 HIDDEN = 64
@@ -129,16 +130,8 @@ def train(method: str, lr: float, seed: int, data: dict, epochs: int, batch_size
     seconds = 0.0
     for _ in range(epochs):
         perm = torch.randperm(len(y), generator=gen)
-        t0, total = time.perf_counter(), 0.0
-        for i in range(0, len(y), batch_size):
-            idx = perm[i:i + batch_size]
-            for o in opts:
-                o.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(X[idx]), y[idx])
-            loss.backward()
-            for o in opts:
-                o.step()
-            total += float(loss.detach()) * len(idx)
+        t0 = time.perf_counter()
+        total = train_epoch(model, opts, X, y, perm.split(batch_size))
         seconds += time.perf_counter() - t0
         log["loss"].append(total / len(y))
         log["val_acc"].append(_accuracy(model, *data["val"]))

@@ -15,9 +15,22 @@ form stalls there. Nothing here uses the dual, the reduction or any solver of
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-__all__ = ["stiefel_direction_sdp"]
+__all__ = ["solve_conic", "stiefel_direction_sdp"]
+
+
+def solve_conic(problem: Any, solver: str, tol: float) -> None:
+    """Solve a cvxpy ``problem`` with ``solver`` at gap and feasibility tolerance ``tol``: CLARABEL's and SCS's own
+    names for the tolerances, any other solver at its defaults. The caller reads ``problem.status``."""
+    if solver == "CLARABEL":
+        problem.solve(solver=solver, tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol)
+    elif solver == "SCS":
+        problem.solve(solver=solver, eps=tol, max_iters=200_000)
+    else:
+        problem.solve(solver=solver)
 
 
 def stiefel_direction_sdp(W: np.ndarray, G: np.ndarray, *, tol: float = 1e-10,
@@ -64,13 +77,9 @@ def stiefel_direction_sdp(W: np.ndarray, G: np.ndarray, *, tol: float = 1e-10,
         objective = objective + cp.trace((W_perp.T @ G).T @ E)
     else:
         stacked = Omega
+
     def run(problem):  # noqa: ANN001, ANN202
-        if solver == "CLARABEL":
-            problem.solve(solver=solver, tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol)
-        elif solver == "SCS":
-            problem.solve(solver=solver, eps=tol, max_iters=200_000)
-        else:
-            problem.solve(solver=solver)
+        solve_conic(problem, solver, tol)
         if Omega.value is None or (m > n and E.value is None):
             raise ValueError(f"the SDP solver {solver} returned status {problem.status!r} (no solution)")
         Phi = W @ Omega.value + (W_perp @ E.value if m > n else 0.0)

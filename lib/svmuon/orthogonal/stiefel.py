@@ -186,11 +186,7 @@ class Stiefel(Manifold):
         Gt, was_numpy = as_matrix(G, "G")
         self._require_shape(Wt, "W")
         check_pair(Wt, "W", Gt, "G")
-        atol = math.sqrt(torch.finfo(Wt.dtype).eps)
-        defect = float(self.defect(Wt).max())
-        if not defect <= atol:
-            raise ValueError(f"W is not a point of St(m, n): max|WᵀW - I| = {defect:.3g} > {atol:.3g}; project it "
-                             "first with Stiefel().project(W)")
+        self._require_point(Wt)
         if Gt.dtype not in (torch.float32, torch.float64):
             raise TypeError(f"G must be float32 or float64, got {Gt.dtype}")
         shape = torch.broadcast_shapes(Wt.shape, Gt.shape)
@@ -283,8 +279,7 @@ class Stiefel(Manifold):
         # and gives a NaN direction, which the optimizer's finiteness check reports (nothing raises here).
         finite = torch.isfinite(Ut).flatten(1).all(dim=1)
         Ut = torch.where(finite[:, None, None], Ut, torch.zeros_like(Ut))
-        amax = Ut.abs().amax(dim=(-2, -1), keepdim=True)
-        c = torch.where(amax > 0, torch.ldexp(torch.ones_like(amax), torch.frexp(amax)[1]), torch.ones_like(amax))
+        c = power_of_two_scale(Ut)
         Ut = Ut / c
         # the state keeps Y / ‖U‖_F: the multiplier of the unit-norm update, so that a warm start survives
         # changes of scale (a momentum buffer growing from zero, a learning-rate-free gradient scale)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from svmuon.orthogonal.stiefel_dual import WORK_DTYPE, StiefelSolution, _newton, _residual
+from svmuon.orthogonal.stiefel_dual import WORK_DTYPE, StiefelSolution, _newton, _real, _residual, _skew, _sym
 
 __all__ = ["RANK_RTOL", "deficient_rank", "solve_deficient"]
 
@@ -67,8 +67,7 @@ def _complete(WR, WN, PR, max_cg: int = 500):  # noqa: ANN001, ANN202
     P = PR - WR @ a - WN @ b
     D = P.mT @ P
     R0 = -a @ b.mT
-    skew = lambda T: (T - T.mT) / 2  # noqa: E731
-    op = lambda L: D @ L + b.mT @ skew(b @ L)  # noqa: E731  the PSD normal operator on r × q matrices
+    op = lambda L: D @ L + b.mT @ _skew(b @ L)  # noqa: E731  the PSD normal operator on r × q matrices
     L = torch.zeros_like(R0)
     r = R0.clone()
     p = r.clone()
@@ -87,7 +86,7 @@ def _complete(WR, WN, PR, max_cg: int = 500):  # noqa: ANN001, ANN202
         rr_new = float((r * r).sum())
         p = r + (rr_new / rr) * p
         rr = rr_new
-    beta = skew(b @ L)
+    beta = _skew(b @ L)
     PN = -WR @ b.mT + WN @ beta + P @ L
     return PN, beta, L, b, D
 
@@ -155,11 +154,6 @@ def solve_deficient(W: torch.Tensor, G: torch.Tensor, X0: torch.Tensor | None, *
         Phi64, mu = Phi64 / top**0.5, mu / top
     Phi = Phi64.to(dt)
     X = QR @ red.X.to(WORK_DTYPE) @ QR.mT
-    residual = _residual(W, Phi) if exact_residual else red.residual.to(red.residual.dtype if dt == torch.float64
-                                                                          else torch.float32)
+    residual = _residual(W, Phi) if exact_residual else red.residual.to(_real(dt))
     return StiefelSolution(Phi, X, residual, iterations, bool((residual <= tol).all()), 0, cg, factorizations,
                            (V, mu.clamp(0, 1)), red.tangent_norm)
-
-
-def _sym(T: torch.Tensor) -> torch.Tensor:
-    return (T + T.mT) / 2

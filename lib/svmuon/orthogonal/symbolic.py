@@ -154,6 +154,8 @@ def reference_direction_sdp(W: np.ndarray, G: np.ndarray, *, solver: str = "CLAR
     """
     import cvxpy as cp
 
+    from svmuon.orthogonal.references import solve_conic
+
     W, G = np.asarray(W, dtype=float), np.asarray(G, dtype=float)
     if W.ndim != 2 or W.shape[0] != W.shape[1] or W.shape != G.shape:
         raise ValueError(f"W and G must be square matrices of one shape, got {W.shape} and {G.shape}")
@@ -163,12 +165,7 @@ def reference_direction_sdp(W: np.ndarray, G: np.ndarray, *, solver: str = "CLAR
     constraints = [cp.sigma_max(Phi) <= 1, cp.upper_tri(S) == 0, cp.diag(S) == 0]
     problem = cp.Problem(cp.Maximize(cp.trace(G.T @ Phi)), constraints)
     for attempt_tol in (tol, 10 * tol):  # CLARABEL at 1e-8 occasionally stops "optimal_inaccurate"
-        if solver == "CLARABEL":
-            problem.solve(solver=solver, tol_gap_abs=attempt_tol, tol_gap_rel=attempt_tol, tol_feas=attempt_tol)
-        elif solver == "SCS":
-            problem.solve(solver=solver, eps=attempt_tol, max_iters=200_000)
-        else:
-            problem.solve(solver=solver)
+        solve_conic(problem, solver, attempt_tol)
         if problem.status == "optimal":
             break
     else:
