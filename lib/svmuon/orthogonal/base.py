@@ -239,6 +239,53 @@ class Manifold:
         factor of ``W``)."""
         raise NotImplementedError(f"{type(self).__name__}.project")
 
+    def random(self, *shape: int, dtype: torch.dtype = torch.float32, device: Any = None,
+               generator: torch.Generator | None = None) -> torch.Tensor:
+        """A random point of shape ``(..., m, n)``, uniformly (Haar) distributed on the manifold.
+
+        The orthonormal factor ``Q`` of a QR decomposition of a Gaussian matrix, with the signs of ``R``'s
+        diagonal moved into ``Q`` (so that the distribution is exactly uniform, mezzadri2007generate), computed
+        in float64 and rounded once to ``dtype``. A wide shape (m < n) of a manifold that accepts it (the
+        Stiefel manifold's ``transpose_wide=True``) gets orthonormal rows.
+
+        Args:
+            shape: the point's shape, at least two positive integers ``(..., m, n)`` (or one tuple of them).
+            dtype: ``torch.float32`` (default) or ``torch.float64``. device: where the result lives (default
+                the CPU; the draw is made on the CPU, so a seeded ``generator`` gives the same point on any
+                device). generator: a CPU ``torch.Generator`` for reproducible draws.
+
+        Returns:
+            A tensor of ``shape``, ``dtype`` and ``device`` with ``defect(W) <= √eps`` of ``dtype``.
+
+        Raises:
+            TypeError: non-integer sizes, a non-float ``dtype``, a ``generator`` that is not a torch.Generator.
+            ValueError: fewer than two sizes, a size < 1, or a shape that is not a point of this manifold.
+
+        References:
+            mezzadri2007generate (Haar measure by QR with the sign correction), edelman1998geometry.
+        """
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+            shape = tuple(shape[0])
+        for size in shape:
+            if isinstance(size, bool) or not isinstance(size, numbers.Integral):
+                raise TypeError(f"shape must be integers, got {shape!r}")
+        if len(shape) < 2 or min(shape) < 1:
+            raise ValueError(f"shape must be at least two sizes >= 1 (..., m, n), got {tuple(shape)}")
+        if dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        err = self.shape_error(tuple(shape))
+        if err is not None:
+            raise ValueError(f"shape: {err}")
+        m, n = shape[-2:]
+        tall = (max(m, n), min(m, n))
+        Z = torch.randn(*shape[:-2], *tall, dtype=torch.float64, generator=generator)
+        Q, R = torch.linalg.qr(Z)
+        Q = Q * torch.sgn(torch.diagonal(R, dim1=-2, dim2=-1)).unsqueeze(-2)  # exact Haar (mezzadri2007generate)
+        Q = Q if m >= n else Q.mT
+        return Q.to(dtype=dtype, device=device).contiguous()
+
     # -- tangent vectors and directions ---------------------------------------------------------------------
     def project_tangent(self, W: Any, Z: Any) -> Any:
         """Orthogonal (Frobenius) projection of an ambient matrix ``Z`` onto the tangent space at ``W``.
