@@ -110,7 +110,8 @@ def _mp_rho3(h):
     pts = [mp.mpf(10) ** -k for k in range(20, 0, -1)] + [mp.mpf(1) / 3]
     left = mp.quad(f, [mp.mpf(0)] + sorted(p for p in pts if p < ca) + [ca])
     w = c2 - (1 - ca)
-    pts = [1 - ca, c2] + [c2 - w * mp.mpf(10) ** -k for k in range(1, 6)] + [1 - ca + w * mp.mpf(10) ** -k for k in range(1, 6)]
+    pts = [1 - ca, c2] + [c2 - w * mp.mpf(10) ** -k for k in range(1, 6)]
+    pts += [1 - ca + w * mp.mpf(10) ** -k for k in range(1, 6)]
     return left + mp.quad(f, sorted(pts))
 
 
