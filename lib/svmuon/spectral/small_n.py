@@ -18,7 +18,7 @@ h_b the binary entropy (ρ_2 = 0 outside (0, log 2)). Its value at the top is ρ
 Numerics. ρ_2: the inverse of the gap log 2 - H(1/2 - ε) by Newton's method (the gap is convex in ε), and for
 h <= 1/2 the smaller preimage t by bisection on log t; relative error ~1e-15. ρ_3: the integral is taken in
 g = F(c) - h = (1 - c)(log 2 - β_c), F(c) = H(c, (1-c)/2, (1-c)/2), on each branch of c (below and above
-1/3) where g is monotone: dc = dg/|F'(c)|. The g^{-1/2} singularity of ρ_2 then sits at the end g = 0 exactly,
+1/3) where g is monotone: dc = dg / abs(F'(c)). The g^{-1/2} singularity of ρ_2 then sits at the end g = 0 exactly,
 whereas in c it would sit at a root of F(c) = h known only to float64 rounding, which would cost ~1e-8 (the
 integral of a (·)^{-1/2} singularity over a misplaced end), more where the root is next to c = 0. The
 pieces end at the roots, at c = 1/3, at the cuts h_b(c) = h (h < log 2) and at c = 1/2 (h > log 2, where
