@@ -6,23 +6,37 @@
   replaced, before myst-nb selects a mime type, by a real docutils table (header rows, the index cells as
   stub columns, row and column spans, the Styler caption as its title), which LaTeX sets as a numbered
   table that wraps its cells to the text width.
+* **Numbers as on the web.** sphinx-jupyterbook-latex numbers theorems and exercises by section (3.3.1) when
+  the book has parts; the HTML numbers them by chapter (3.1), and so does the PDF here.
+* **Part titles.** The table of contents names the parts "Part I — Singular-value entropy"; LaTeX numbers
+  parts itself, so the PDF's part pages read "Part I" over "Singular-value entropy", not "Part I Part I — ...".
+* **Proofs.** sphinx-proof sets a proof as a note box with an empty title bar; in the PDF it is the text of
+  the proof, "Proof." in italics, ended by a square.
+* **One bibliography.** Sphinx gathers the citations at the end of the LaTeX document, where they open a
+  chapter "Bibliography" of their own; the appendix page that holds the bibliography on the web would be an
+  empty chapter before it, so the PDF drops that page and keeps its labels on the bibliography.
+* **The web's notebooks untouched.** The LaTeX build writes myst-nb's notebooks to its own folder.
 * **The PDF in the HTML.** The HTML build copies a PDF built earlier (``_build/latex/book.pdf``) to the
   root of the site, where the first page links to it, so the site and its offline copy ship the PDF.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
 from docutils import nodes
+from sphinx import addnodes
 from sphinx.application import Sphinx
+from sphinx.builders.latex.nodes import thebibliography
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 
 LOGGER = logging.getLogger(__name__)
 PDF_NAME = "book.pdf"  # latex_documents targetname book.tex (_config.yml)
+WIDE_TABLE_CHARS = 110  # a table's unwrapped width (characters) beyond which it is set \small
 
 
 # --- HTML tables as docutils tables ---------------------------------------------------------------------
@@ -100,6 +114,28 @@ def _layout(rows) -> tuple[int, list[list[int]], dict[tuple[int, int], bool]]:
     return ncols, starts, taken
 
 
+def _cell_paragraph(text: str) -> nodes.paragraph:
+    """A cell's text, with LaTeX line-break points after underscores and slashes (identifiers such as
+    ``word_embeddings`` in a narrow column would otherwise run into the next one)."""
+    para = nodes.paragraph()
+    for piece in re.split(r"(?<=[_/])", text):
+        if para.children:
+            para += nodes.raw("", r"\allowbreak{}", format="latex")
+        para += nodes.Text(piece)
+    return para
+
+
+def _natural_width(rows) -> int:
+    """Characters in the widest cell of each column, summed: the table's width if nothing wrapped."""
+    ncols, starts, _ = _layout(rows)
+    widest = [0] * ncols
+    for (_, cells), row_starts in zip(rows, starts):
+        for (text, _, _, colspan), col in zip(cells, row_starts):
+            if colspan == 1:
+                widest[col] = max(widest[col], len(text))
+    return sum(widest) + 2 * ncols
+
+
 def html_table_node(html: str) -> nodes.table | None:
     """A docutils table for the first HTML table in ``html``; None where there is none (or no rows)."""
     parser = _TableParser()
@@ -118,7 +154,10 @@ def html_table_node(html: str) -> nodes.table | None:
     group = nodes.tgroup(cols=ncols)
     table += group
     for i in range(ncols):
-        group += nodes.colspec(colwidth=1, stub=int(i < stub))
+        spec = nodes.colspec(colwidth=1)
+        if i < stub:  # Sphinx's LaTeX writer reads the attribute's presence, not its value
+            spec["stub"] = 1
+        group += spec
     head, body = nodes.thead(), nodes.tbody()
     for r, (section, cells) in enumerate(rows):
         row = nodes.row()
@@ -129,7 +168,7 @@ def html_table_node(html: str) -> nodes.table | None:
                 entry["morecols"] = colspan - 1
             if not entry["morerows"]:
                 del entry["morerows"]
-            entry += nodes.paragraph(text=text)
+            entry += _cell_paragraph(text)
             row += entry
         # pad a short row (docutils needs every grid position covered)
         for col in range(ncols):
@@ -158,8 +197,94 @@ class HtmlTablesForLatex(SphinxPostTransform):
             if not html or "<table" not in html[0].astext():
                 continue
             table = html_table_node(html[0].astext())
-            if table is not None:
-                bundle.replace_self(table)
+            if table is None:
+                continue
+            # a table wider than the text block (about 110 characters at 10 pt) is set in a smaller size
+            rows = _TableParser()
+            rows.feed(html[0].astext())
+            if _natural_width([r for r in rows.rows if r[1]]) > WIDE_TABLE_CHARS:
+                small = nodes.container(classes=["nb-wide-table"])
+                small += [nodes.raw("", r"\begingroup\small", format="latex"), table,
+                          nodes.raw("", r"\endgroup", format="latex")]
+                table = small
+            bundle.replace_self(table)
+
+
+# --- numbering, part titles, proofs -----------------------------------------------------------------------
+
+_PART = re.compile(r"^Part [IVXLC]+\s*[—–-]\s*")
+
+
+def _latex_builder_inited(app: Sphinx) -> None:
+    """For the LaTeX build (after sphinx-jupyterbook-latex's and myst-nb's builder-inited):
+
+    * theorem and exercise numbers (Sphinx's, assigned when the documents are read) by chapter, as in the
+      HTML: depth 1, where sphinx-jupyterbook-latex set 2 for a book with parts;
+    * myst-nb's notebooks and output images in ``_build/jupyter_execute_latex``: on a cache hit myst-nb writes
+      the notebook without its outputs, and in ``_build/jupyter_execute`` that copy would replace the executed
+      one that the HTML build offers for download.
+    """
+    if app.builder.name != "latex":
+        return
+    app.config.numfig_secnum_depth = 1
+    config = getattr(app.env, "mystnb_config", None)
+    if config is not None:
+        folder = Path(app.outdir).parent / "jupyter_execute_latex"
+        app.env.mystnb_config = config.copy(output_folder=str(folder.resolve()))
+
+
+def _latex_counters_by_chapter(app: Sphinx, env) -> None:
+    """Equations, figures and tables are numbered by LaTeX itself; with parts on top, depth 2 resets them at
+    each chapter (3.4), as in the HTML. Set after Sphinx numbered the documents' figures and theorems (at
+    env-get-updated, after env-updated), before the LaTeX writer runs."""
+    if app.builder.name == "latex":
+        app.config.numfig_secnum_depth = 2
+
+
+class PartTitlesAndProofs(SphinxPostTransform):
+    """For LaTeX: part titles without their "Part I — " prefix; proofs as plain text with an end mark."""
+
+    default_priority = 710  # after sphinx-jupyterbook-latex's LatexRootDocPostTransforms (700) made the parts
+    builders = ("latex",)
+
+    def run(self, **kwargs) -> None:
+        for section in self.document.findall(nodes.section):
+            title = section.children[0] if section.children else None
+            if isinstance(title, nodes.title) and _PART.match(title.astext()) and section.get("docname"):
+                title.children = [nodes.Text(_PART.sub("", title.astext()))]
+        for box in list(self.document.findall(nodes.admonition)):
+            if "proof" not in box["classes"] or not box.children:
+                continue
+            first = box.children[0]
+            if isinstance(first, nodes.paragraph) and first.children and isinstance(first[0], nodes.Text):
+                text = str(first[0])
+                if text.startswith("Proof. "):
+                    first.replace(first[0], nodes.Text(text[len("Proof. "):]))
+                    first.insert(0, nodes.emphasis(text="Proof."))
+                    first.insert(1, nodes.Text(" "))
+            end = nodes.raw("", "\\nobreak\\hfill\\ensuremath{\\square}", format="latex")
+            last = box.children[-1]
+            (last if isinstance(last, nodes.paragraph) else box).append(end)
+            box.replace_self(box.children)
+
+
+class OneBibliography(SphinxPostTransform):
+    """For LaTeX: drop the web's bibliography page (config ``book_pdf_bibliography_doc``); its labels move to
+    the bibliography that Sphinx gathered at the end of the document."""
+
+    default_priority = 760  # after Sphinx's BibliographyTransform (750)
+    builders = ("latex",)
+
+    def run(self, **kwargs) -> None:
+        docname = self.config.book_pdf_bibliography_doc
+        bib = next(iter(self.document.findall(thebibliography)), None)
+        for page in list(self.document.findall(addnodes.start_of_file)):
+            if page.get("docname") != docname or bib is None:
+                continue
+            ids = [i for section in page.findall(nodes.section) for i in section["ids"]]
+            labels = "".join(rf"\phantomsection\label{{\detokenize{{{docname}:{i}}}}}" for i in ids)
+            bib.parent.insert(bib.parent.index(bib), nodes.raw("", labels, format="latex"))
+            page.parent.remove(page)
 
 
 # --- the PDF in the HTML build --------------------------------------------------------------------------
@@ -176,5 +301,10 @@ def _ship_pdf(app: Sphinx, exception: Exception | None) -> None:
 
 def setup(app: Sphinx) -> dict:
     app.add_post_transform(HtmlTablesForLatex)
+    app.add_post_transform(PartTitlesAndProofs)
+    app.add_post_transform(OneBibliography)
+    app.add_config_value("book_pdf_bibliography_doc", "chapters/appendix/bibliography", "env")
+    app.connect("builder-inited", _latex_builder_inited, priority=900)
+    app.connect("env-check-consistency", _latex_counters_by_chapter)
     app.connect("build-finished", _ship_pdf)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
