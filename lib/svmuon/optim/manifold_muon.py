@@ -168,8 +168,9 @@ class ManifoldMuon(MatrixOptimizer):
             raise ValueError(f"{label}: solver and info must be dicts")
         keys = tuple(getattr(self.manifold, "state_keys", ()))
         if state["solver"]:
-            W = self.manifold._to_canonical(torch.zeros((1, *p.shape[-2:]), dtype=p.dtype, device=p.device))
-            fresh = self.manifold._init_state(W)
+            m, n = p.shape[-2:]
+            canon = (n, m) if self.manifold.transposed(tuple(p.shape)) else (m, n)
+            fresh = self.manifold.init_state(torch.zeros((1, *canon), dtype=p.dtype, device=p.device))
             for key, value in state["solver"].items():
                 shape = (*p.shape[:-2], *fresh[key].shape[1:]) if key in keys else None
                 if shape is None or not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
