@@ -4,10 +4,10 @@ Experiments write ``experiments/results/<name>.json`` (``python -m svmuon.experi
 benchmarks ``benchmarks/results/<name>-<device>-<YYYYMMDD>.json`` (``python -m svmuon.bench NAME``), in the
 book's repository. :func:`read` finds such a file by kind and name (for a dated benchmark, the newest) and
 returns its parsed JSON, with an error that names the file and says what is wrong with it (missing, empty,
-not JSON, ``null``, or written by another tool). :func:`write` replaces a results file atomically (a
-temporary file in the same folder, flushed to disk, then renamed over the old one, so that a reader or a
-crash sees the old file or the new one, never half of one) while holding :func:`lock`, a lock file next to
-it, against a second writer.
+not JSON, ``null``, or written by another tool); :func:`load` does the same for a file given by its path.
+:func:`write` replaces a results file atomically (a temporary file in the same folder, flushed to disk,
+then renamed over the old one, so that a reader or a crash sees the old file or the new one, never half of
+one) while holding :func:`lock`, a lock file next to it, against a second writer.
 
 Example::
 
@@ -64,7 +64,8 @@ def names(kind: str, *, root: str | os.PathLike | None = None) -> list[str]:
             from this package's location).
 
     Raises:
-        ValueError: a bad ``kind``. FileNotFoundError: no book repository is found (``root`` not given).
+        ValueError: a bad ``kind``.
+        FileNotFoundError: no book repository is found (``root`` not given).
     """
     folder = _folder(_check_kind(kind), root)
     stems = {p.stem for p in folder.glob("*.json")} if folder.is_dir() else set()
@@ -76,7 +77,8 @@ def path(kind: str, name: str, *, root: str | os.PathLike | None = None) -> Path
     ``<name>-<YYYYMMDD>.json`` (by the date in its name).
 
     Raises:
-        TypeError: ``name`` not a string. ValueError: a bad ``kind`` or a ``name`` holding a path separator.
+        TypeError: ``name`` is not a string.
+        ValueError: a bad ``kind`` or a ``name`` holding a path separator.
         FileNotFoundError: no such result (the message lists the names there are).
     """
     folder = _folder(_check_kind(kind), root)
@@ -113,8 +115,9 @@ def load(file: str | os.PathLike, *, expect: dict[str, str] | None = None) -> di
             ``"experiment": "fixed-entropy"``, not ``"fixed"``).
 
     Raises:
-        FileNotFoundError: no such file. IsADirectoryError: a folder.
-        ResultsFileError (a ValueError): the file is empty, not UTF-8 JSON, holds ``null`` or anything but a
+        FileNotFoundError: no such file.
+        IsADirectoryError: ``file`` is a folder.
+        ResultsFileError: (a ``ValueError``) the file is empty, not UTF-8 JSON, holds ``null`` or anything but a
             JSON object, or (with ``expect``) was written by another tool.
     """
     file = Path(file)
@@ -156,9 +159,10 @@ def read(kind: str, name: str, *, root: str | os.PathLike | None = None) -> dict
 
     Raises:
         FileNotFoundError: no such result (the message lists the names there are).
-        ResultsFileError (a ValueError): the file is empty, damaged, not a JSON object, or its
+        ResultsFileError: (a ``ValueError``) the file is empty, damaged, not a JSON object, or its
             ``"experiment"``/``"benchmark"`` field names another tool; the message names the file.
-        TypeError, ValueError: a bad ``kind`` or ``name``.
+        TypeError: ``name`` is not a string.
+        ValueError: a bad ``kind`` or ``name``.
     """
     file = path(kind, name, root=root)
     return load(file, expect={_FIELD[kind]: name})
@@ -253,7 +257,7 @@ def write(file: str | os.PathLike, payload: Any, *, indent: int | None = 1, defa
         default: as in ``json.dumps`` (e.g. ``float`` for NumPy scalars).
 
     Raises:
-        TypeError, ValueError: ``payload`` is not serialisable (nothing written).
+        TypeError: ``payload`` is not serialisable (nothing is written).
         OSError: the folder cannot be created or written, the disk is full (the old file is unchanged).
     """
     file = Path(file)
