@@ -17,7 +17,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from svmuon import shannon_entropy, singular_value_entropy
+from svmuon import Stiefel, shannon_entropy, singular_value_entropy
 from svmuon.spectral.level_set import spectrum_with_entropy, tempered_softmax
 
 # float64 root found by Newton in a bracket: the entropy gap is far below 1e-10 nats (measured ~1e-11 at worst
@@ -78,8 +78,8 @@ def test_spectrum_gives_the_matrix_its_entropy(power):
     g = torch.Generator().manual_seed(0)
     z = torch.randn(10, generator=g, dtype=torch.float64)
     sigma = spectrum_with_entropy(z, 1.7, scale=3.0, power=power)
-    U = torch.linalg.qr(torch.randn(20, 10, generator=g, dtype=torch.float64))[0]
-    V = torch.linalg.qr(torch.randn(15, 10, generator=g, dtype=torch.float64))[0]
+    U = Stiefel().random(20, 10, generator=g, dtype=torch.float64)
+    V = Stiefel().random(15, 10, generator=g, dtype=torch.float64)
     W = U @ torch.diag(sigma) @ V.T
     assert abs(float(singular_value_entropy(W, power=power)) - 1.7) < 1e-10
 
@@ -250,8 +250,6 @@ def test_accepted_powers_give_matrices_of_entropy_h(dtype, power):
     """Issue 19: the spectrum of every accepted power carries h, checked on the matrix U diag(σ) Vᵀ (the SVD
     route of singular_value_entropy) and on σ itself with mpmath. Bound: sqrt(eps) of the dtype, the function's
     own acceptance test (rounding σ costs ~power·eps·Σp|log p + h|: 1e-13 at power 1e3 in float64)."""
-    from svmuon import Stiefel
-
     gen = torch.Generator().manual_seed(0)
     z = torch.randn(10, generator=gen, dtype=torch.float64)
     sigma = spectrum_with_entropy(z.to(dtype), 1.7, power=power)
