@@ -128,3 +128,19 @@ def test_a_second_writer_waits_for_the_first(tmp_path, capfd):
     assert waited > 0.3  # it waited for the holder's sleep (1 s, minus the time to get here)
     assert "another run is writing it" in capfd.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+def test_outside_any_repository_a_reader_sees_the_packages_repository(tmp_path, monkeypatch):
+    """A notebook copied out of the book still reads the recorded results of the checkout svmuon is installed
+    from (this one), while the repository of the working directory is searched first (test above)."""
+    from pathlib import Path
+
+    from svmuon._paths import recorded_root, repo_root
+
+    monkeypatch.chdir(tmp_path)
+    package_repo = Path(results.__file__).resolve().parents[2]
+    assert recorded_root() == package_repo
+    doc = results.read("experiments", "orthogonal-drift")
+    assert doc == json.loads((package_repo / "experiments" / "results" / "orthogonal-drift.json").read_text())
+    with pytest.raises(FileNotFoundError, match="_toc.yml"):
+        repo_root()  # a writer's root: none here (runs write under the working directory instead)
