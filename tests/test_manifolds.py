@@ -15,8 +15,7 @@ M = Orthogonal()
 
 
 def _random_orthogonal(n, gen, dtype=torch.float64, batch=()):
-    Q, R = torch.linalg.qr(torch.randn(*batch, n, n, generator=gen, dtype=torch.float64))
-    return (Q * torch.sign(torch.diagonal(R, dim1=-2, dim2=-1)).unsqueeze(-2)).to(dtype)
+    return M.random(*batch, n, n, generator=gen, dtype=dtype)
 
 
 def test_sym_skew_split(gen):
