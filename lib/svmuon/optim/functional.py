@@ -338,7 +338,8 @@ def _plan_manifold_batch(plan: StepPlan, idx: list[int], params, grads, buffers,
     # a NaN/Inf in g, B or B' reaches U; U is checked itself (the SVD route reads NaN as 0)
     plan.add_batch([_label(labels, i) for i in idx], [U.reshape(len(idx), -1), W_new, new_B,
                                                       d.tangent_norm.reshape(len(idx), -1)],
-                   on_manifold=on_manifold, defect=worst_defect, tolerance=worst_tol)
+                   on_manifold=on_manifold, defect=worst_defect, tolerance=worst_tol,
+                   defect_before=lambda: manifold.stabilize(Wc, False)[1])
     new_drift = torch.zeros_like(drift_prev) if correct else defect.reshape(len(idx), -1).amax(dim=1)
     info = {"tangent_norm": d.tangent_norm * u_scale.reshape(-1), "damping": damping, "defect": defect, **d.info}
     for j, i in enumerate(idx):
