@@ -36,7 +36,8 @@ from sphinx.util import logging
 
 LOGGER = logging.getLogger(__name__)
 PDF_NAME = "book.pdf"  # latex_documents targetname book.tex (_config.yml)
-WIDE_TABLE_CHARS = 110  # a table's unwrapped width (characters) beyond which it is set \small
+WIDE_TABLE_CHARS = 110  # a table's unwrapped width in characters beyond which it is set \small (the text
+# block holds about 110 characters of 10 pt type)
 
 
 # --- HTML tables as docutils tables ---------------------------------------------------------------------
@@ -144,11 +145,12 @@ def html_table_node(html: str) -> nodes.table | None:
     if not rows:
         return None
     ncols, starts, taken = _layout(rows)
+    wide = _natural_width(rows) > WIDE_TABLE_CHARS
     body_rows = [r for r, (section, _) in enumerate(rows) if section == "tbody"]
     stub = 0  # leading columns made of header cells in every body row: the index
     while stub < ncols - 1 and body_rows and all(taken.get((r, stub), False) for r in body_rows):
         stub += 1
-    table = nodes.table(classes=["nb-output-table"])
+    table = nodes.table(classes=["nb-output-table"] + (["nb-wide-table"] if wide else []))
     if parser.caption.strip():
         table += nodes.title(text=" ".join(parser.caption.split()))
     group = nodes.tgroup(cols=ncols)
@@ -199,10 +201,7 @@ class HtmlTablesForLatex(SphinxPostTransform):
             table = html_table_node(html[0].astext())
             if table is None:
                 continue
-            # a table wider than the text block (about 110 characters at 10 pt) is set in a smaller size
-            rows = _TableParser()
-            rows.feed(html[0].astext())
-            if _natural_width([r for r in rows.rows if r[1]]) > WIDE_TABLE_CHARS:
+            if "nb-wide-table" in table["classes"]:  # set in a smaller size
                 small = nodes.container(classes=["nb-wide-table"])
                 small += [nodes.raw("", r"\begingroup\small", format="latex"), table,
                           nodes.raw("", r"\endgroup", format="latex")]
