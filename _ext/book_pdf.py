@@ -232,12 +232,13 @@ def _latex_builder_inited(app: Sphinx) -> None:
         app.env.mystnb_config = config.copy(output_folder=str(folder.resolve()))
 
 
-def _latex_counters_by_chapter(app: Sphinx, env) -> None:
+def _latex_counters_by_chapter(app: Sphinx, env) -> list[str]:
     """Equations, figures and tables are numbered by LaTeX itself; with parts on top, depth 2 resets them at
-    each chapter (3.4), as in the HTML. Set after Sphinx numbered the documents' figures and theorems (at
-    env-get-updated, after env-updated), before the LaTeX writer runs."""
+    each chapter (3.4), as in the HTML. Set after Sphinx's toctree collector numbered the documents' figures
+    and theorems (env-get-updated, which every build emits, reading or not), before the LaTeX writer runs."""
     if app.builder.name == "latex":
         app.config.numfig_secnum_depth = 2
+    return []
 
 
 class PartTitlesAndProofs(SphinxPostTransform):
@@ -304,6 +305,6 @@ def setup(app: Sphinx) -> dict:
     app.add_post_transform(OneBibliography)
     app.add_config_value("book_pdf_bibliography_doc", "chapters/appendix/bibliography", "env")
     app.connect("builder-inited", _latex_builder_inited, priority=900)
-    app.connect("env-check-consistency", _latex_counters_by_chapter)
+    app.connect("env-get-updated", _latex_counters_by_chapter, priority=900)  # after the collectors (500)
     app.connect("build-finished", _ship_pdf)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
