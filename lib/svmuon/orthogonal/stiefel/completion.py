@@ -19,7 +19,7 @@ svmuon.bench stiefel``) the value is within about 0.3-2 % of the optimum.
 Cost: two n × n eigendecompositions and two Cholesky factorisations in float64, six m × n × n products (five of them
 in float64, so that ``G⊥`` is orthogonal to range(W) and agrees with its Gram matrix to float64 rounding: ``N`` can
 have large entries where ``G⊥`` is nearly rank-deficient, and float32 rounding there would become a tangent
-residual: :func:`~svmuon.orthogonal.stiefel.reduction._reduce_consistent`).
+residual: ``reduction._reduce_consistent``).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def completion_direction_matmul(W: torch.Tensor, G: torch.Tensor, orthogonalize,
 
     * ``Ω₀ = [Wᵀ Q]_skew / h`` with ``Q = orthogonalize(P_W(G))`` and ``h = max(1, σ_max)`` of the schedule's output
       band (``orthogonalize.sigma_range``), so ``‖Ω₀‖₂ <= 1`` whatever the msign's accuracy;
-    * ``S`` with ``S² ⪯ D = I + Ω₀²`` (:func:`_sqrt_from_below`), and the normal part ``E = orthogonalize(G⊥S) S / h``,
+    * ``S`` with ``S² ⪯ D = I + Ω₀²`` (``_sqrt_from_below``), and the normal part ``E = orthogonalize(G⊥S) S / h``,
       so ``EᵀE ⪯ S² ⪯ D``: ``Φ = WΩ₀ + E`` has ``‖Φ‖₂ <= 1`` and ``WᵀE = 0`` up to rounding.
 
     Its value is below the eigendecomposition route's by what the two approximate msigns and ``S`` lose (measured

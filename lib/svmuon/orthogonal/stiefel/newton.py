@@ -5,7 +5,7 @@ The smoothed dual ``f_ε(Y) = tr((M + ε²I)^{1/2})`` (the nuclear norm of ``[G 
 a value below the optimum by at most ``0.31 k ε`` (eq-stiefel-smoothing-gap). This module holds its Hessian
 (eq-stiefel-hessian), the preconditioned CG for the damped Newton system, and the outer iteration:
 
-* Newton step: PCG on ``(Hess + μP)x = -∇f_ε`` in the eigenbasis of ``M`` (:func:`_pcg`); ``μ`` is a
+* Newton step: PCG on ``(Hess + μP)x = -∇f_ε`` in the eigenbasis of ``M`` (``_pcg``); ``μ`` is a
   Levenberg–Marquardt trust parameter (ratio ``ρ`` of actual to predicted decrease: accept if ``ρ > 1e-4``; ``μ``
   shrinks by 4 if ``ρ > 0.75``, grows to ``max(4μ, 0.01)`` if ``ρ < 0.25``).
 * Continuation where the start (or, once, a later iterate) is near a singular ``M`` (``√λ_min < 0.1 σ̄``): ``ε``

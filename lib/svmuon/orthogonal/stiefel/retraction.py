@@ -45,7 +45,7 @@ def _inverse_sqrt_series(E: torch.Tensor, degree: int) -> torch.Tensor:
 
 def polar_retraction(W: torch.Tensor, Phi: torch.Tensor, eta: torch.Tensor, eta_max: float | None) -> torch.Tensor:
     """``Vs Z``, ``Vs = W - ηΦ``, ``Z = (VsᵀVs)^{-1/2}`` (unchecked kernel, tall ``(k, m, n)``, ``eta`` ``(k, 1, 1)``):
-    by the binomial series (:func:`_series_degree`: degree 2-3 in float32 and 6 in float64 at ``η = 0.05``) when the
+    by the binomial series (``_series_degree``: degree 2-3 in float32 and 6 in float64 at ``η = 0.05``) when the
     host bound ``eta_max`` has ``η² < 0.5``, else (or for ``eta_max=None``) by an eigendecomposition in float64.
     Two m × n × n products and a few n × n ones."""
     Vs = W - eta * Phi
