@@ -14,6 +14,7 @@ import pytest
 import scipy.stats
 import torch
 from conftest import TOL
+from helpers import orthonormal, with_spectrum
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,20 +27,6 @@ from svmuon.spectral.entropy import (
 )
 
 mpmath.mp.dps = 50
-
-
-def orthogonal(n: int, gen: torch.Generator) -> torch.Tensor:
-    q, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
-    return q
-
-
-def with_spectrum(s, m: int, n: int, gen: torch.Generator, dtype=torch.float64) -> torch.Tensor:
-    """U diag(s) Vᵀ with random orthogonal U, V: singular values exactly s (to float64 rounding)."""
-    s = torch.as_tensor(s, dtype=torch.float64)
-    k = min(m, n)
-    D = torch.zeros(m, n, dtype=torch.float64)
-    D[range(k), range(k)] = s
-    return (orthogonal(m, gen) @ D @ orthogonal(n, gen).T).to(dtype)
 
 
 def mp_renyi(p, q) -> float:
@@ -195,7 +182,7 @@ def test_singular_value_entropy_invariances(s, q, power, c, seed):
     h = singular_value_entropy(W, q, power)
     p = np.array(s) ** power
     assert float(h) == pytest.approx(mp_renyi(p, q), rel=1e-10, abs=1e-12)  # hand-computed spectrum
-    for V in (orthogonal(4, gen) @ W @ orthogonal(3, gen), c * W, W.T):
+    for V in (orthonormal(4, 4, gen) @ W @ orthonormal(3, 3, gen), c * W, W.T):
         # orthogonal transforms, positive scaling and transposition keep the spectrum up to rounding.
         torch.testing.assert_close(singular_value_entropy(V, q, power), h, rtol=1e-10, atol=1e-12)
 

@@ -14,6 +14,7 @@ import scipy.optimize
 import scipy.special
 import scipy.stats
 import torch
+from helpers import with_spectrum
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -78,9 +79,7 @@ def test_spectrum_gives_the_matrix_its_entropy(power):
     g = torch.Generator().manual_seed(0)
     z = torch.randn(10, generator=g, dtype=torch.float64)
     sigma = spectrum_with_entropy(z, 1.7, scale=3.0, power=power)
-    U = torch.linalg.qr(torch.randn(20, 10, generator=g, dtype=torch.float64))[0]
-    V = torch.linalg.qr(torch.randn(15, 10, generator=g, dtype=torch.float64))[0]
-    W = U @ torch.diag(sigma) @ V.T
+    W = with_spectrum(sigma, 20, 15, g)
     assert abs(float(singular_value_entropy(W, power=power)) - 1.7) < 1e-10
 
 

@@ -16,19 +16,13 @@ import numpy as np
 import pytest
 import scipy.linalg
 import torch
+from helpers import with_spectrum
 
 from svmuon import Orthogonal, msign
 
 F64 = torch.float64
 H = 1e-6
 FD_RTOL = 1e-7  # see the module docstring
-
-
-def _with_spectrum(s, m, n, gen):
-    """``U diag(s) Vᵀ`` of shape (m, n) with Haar-like orthonormal U (m × k), V (n × k), k = len(s)."""
-    U, _ = torch.linalg.qr(torch.randn(m, len(s), generator=gen, dtype=F64))
-    V, _ = torch.linalg.qr(torch.randn(n, len(s), generator=gen, dtype=F64))
-    return (U * torch.as_tensor(s, dtype=F64)) @ V.T
 
 
 def _grad(fn, X, C):
@@ -54,14 +48,14 @@ def _polar_any(X):
 def _cases(gen):
     Q4, _ = torch.linalg.qr(torch.randn(4, 4, generator=gen, dtype=F64))
     return {
-        "random square": _with_spectrum([2.0, 1.3, 0.7, 0.3], 4, 4, gen),
+        "random square": with_spectrum([2.0, 1.3, 0.7, 0.3], 4, 4, gen),
         "orthogonal": Q4,  # all singular values equal: torch's SVD backward is NaN here
         "3 x orthogonal": 3 * Q4,
-        "repeated pairs": _with_spectrum([2.0, 2.0, 0.5, 0.5], 4, 4, gen),
-        "tall": _with_spectrum([1.5, 1.0, 0.4], 7, 3, gen),
-        "tall isometry": _with_spectrum([1.0, 1.0, 1.0], 6, 3, gen),
-        "wide": _with_spectrum([1.2, 0.8, 0.3], 3, 6, gen),
-        "wide, repeated": _with_spectrum([0.5, 0.5, 0.5], 3, 5, gen),
+        "repeated pairs": with_spectrum([2.0, 2.0, 0.5, 0.5], 4, 4, gen),
+        "tall": with_spectrum([1.5, 1.0, 0.4], 7, 3, gen),
+        "tall isometry": with_spectrum([1.0, 1.0, 1.0], 6, 3, gen),
+        "wide": with_spectrum([1.2, 0.8, 0.3], 3, 6, gen),
+        "wide, repeated": with_spectrum([0.5, 0.5, 0.5], 3, 5, gen),
     }
 
 
@@ -141,7 +135,7 @@ def _msign_rank(X, r):
 @pytest.mark.parametrize("m,n,r", [(6, 4, 2), (4, 6, 3), (5, 5, 3), (5, 5, 4)])
 def test_rank_deficient_gradient_is_the_fixed_rank_derivative(m, n, r, gen):
     rng = np.random.default_rng(r + 10 * m + 100 * n)
-    X = _truncate(_with_spectrum([2.0, 1.5, 1.0, 0.6][:r] + [0.3] * (min(m, n) - r), m, n, gen).numpy(), r)
+    X = _truncate(with_spectrum([2.0, 1.5, 1.0, 0.6][:r] + [0.3] * (min(m, n) - r), m, n, gen).numpy(), r)
     C = rng.standard_normal((m, n))
     g = _grad(msign, torch.from_numpy(X), torch.from_numpy(C)).numpy()
     assert np.isfinite(g).all()
@@ -160,7 +154,7 @@ def test_rank_deficient_gradient_is_the_derivative_of_the_computed_map(m, n, r, 
     rest (they are O(h)), so msign(·, rcond=1e-3) is the top-r truncated polar factor along every direction E,
     rank-changing ones included; its central differences (NumPy SVD) must match the backward."""
     rng = np.random.default_rng(7 * m + n)
-    X = _truncate(_with_spectrum([2.0, 1.5, 1.0, 0.6][:r] + [0.3] * (min(m, n) - r), m, n, gen).numpy(), r)
+    X = _truncate(with_spectrum([2.0, 1.5, 1.0, 0.6][:r] + [0.3] * (min(m, n) - r), m, n, gen).numpy(), r)
     C = rng.standard_normal((m, n))
     Xr = torch.from_numpy(X).requires_grad_()
     (msign(Xr, rcond=1e-3) * torch.from_numpy(C)).sum().backward()

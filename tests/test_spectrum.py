@@ -10,24 +10,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import TOL
+from helpers import with_spectrum
 
 from svmuon.spectral.spectrum import singular_values, spectral_distribution
-
-
-def orthogonal(n: int, gen: torch.Generator) -> torch.Tensor:
-    """A random n x n orthogonal matrix (float64): Q of the QR of a Gaussian matrix."""
-    q, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
-    return q
-
-
-def with_spectrum(s, m: int, n: int, gen: torch.Generator, dtype=torch.float64) -> torch.Tensor:
-    """An m x n matrix U diag(s) Vᵀ whose singular values are exactly |s| (up to float64 rounding)."""
-    s = torch.as_tensor(s, dtype=torch.float64)
-    k = min(m, n)
-    assert s.numel() == k
-    D = torch.zeros(m, n, dtype=torch.float64)
-    D[range(k), range(k)] = s
-    return (orthogonal(m, gen) @ D @ orthogonal(n, gen).T).to(dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
