@@ -76,6 +76,7 @@ def test_renyi_matches_mpmath(q):
 
 def test_renyi_special_orders():
     p = torch.tensor([0.5, 0.25, 0.25, 0.0, 0.0], dtype=torch.float64)
+    # q = 0 and q = ∞: one log of an exact value (support size, max p): ~1 ulp; 1e-15 is 4.5 ulp
     assert float(renyi_entropy(p, 0)) == pytest.approx(math.log(3), rel=1e-15)
     assert float(renyi_entropy(p, math.inf)) == pytest.approx(math.log(2), rel=1e-15)
     assert float(renyi_entropy(p, 2)) == pytest.approx(-math.log(0.375), rel=1e-15)  # Σp² = 3/8
@@ -167,7 +168,9 @@ def test_equality_cases(q, k):
     uniform = torch.full((k,), 1.0 / k, dtype=torch.float64)
     one_hot = torch.zeros(k, dtype=torch.float64)
     one_hot[-1] = 1.0
+    # k <= 7 roundings of 1/k in a sum, then a log: a few ulps of log 7 = 1.9
     assert float(renyi_entropy(uniform, q)) == pytest.approx(math.log(k), abs=1e-14)
+    # log 1 = 0 exactly: only 0 · log 0 terms, which are 0
     assert float(renyi_entropy(one_hot, q)) == pytest.approx(0.0, abs=1e-15)
 
 
@@ -374,6 +377,7 @@ def test_gradient_matches_finite_differences(q, power, gen):
     assert torch.autograd.gradcheck(lambda X: singular_value_entropy(X, q, power), (W,))
     assert torch.autograd.gradcheck(lambda X: effective_rank(X, q, power, rtol=0.0), (W,))
     got = torch.autograd.grad(singular_value_entropy(W, q, power), W)[0]
+    # two float64 SVDs of W: rounding amplified by 1/gap (gaps >= 0.5 here): ~1e-14; 1e-10 catches a wrong term
     assert relative_error(got, analytic_gradient(W.detach(), q, power, 0.0)) < 1e-10 or q == 0.0
     if q == 0.0:
         assert float(got.abs().max()) == 0.0  # the numerical rank is piecewise constant
@@ -438,6 +442,7 @@ def test_rank_deficient_gradient_is_finite_and_along_the_support(q, power, gen):
     got = torch.autograd.grad(singular_value_entropy(W, q, power), W)[0]
     rtol = 6 * torch.finfo(torch.float64).eps
     expected = analytic_gradient(W.detach(), q, power, 0.0 if (q == 2.0 and power == 2) else rtol)
+    # float64 autograd vs the closed form on the same SVD, singular gaps >= 0.5: ~1e-14 (see above)
     assert relative_error(got, expected) < 1e-10
 
 
@@ -453,7 +458,7 @@ def test_participation_ratio_is_smooth_on_rank_deficient_matrices(gen):
     G = W.detach().T @ W.detach()
     expected = 4 * W.detach() / torch.trace(G) - 4 * W.detach() @ G / torch.trace(G @ G)
     got = torch.autograd.grad(singular_value_entropy(W, 2, 2), W)[0]
-    assert relative_error(got, expected) < 1e-12
+    assert relative_error(got, expected) < 1e-12  # closed form in WᵀW (no SVD): a few float64 roundings of O(1) terms
     # the value equals the SVD route (Σσ²)² / Σσ⁴ to rounding, for tall, wide and batched input
     for X in (W.detach(), W.detach().T, torch.stack([W.detach(), torch.randn(6, 5, generator=gen, dtype=torch.float64)])):
         s = torch.linalg.svdvals(X)
@@ -534,6 +539,7 @@ def test_ranks_and_entropies_for_entries_near_the_largest_float(dtype, gen):
 
     big = torch.finfo(dtype).max
     ones = torch.full((3, 3), big / 1.2, dtype=dtype)
+    # exact answer 1; float32 rounding of a 3x3 SVD, 8 ulps = 1e-6
     assert float(stable_rank(ones)) == pytest.approx(1.0, rel=1e-6)
     assert torch.equal(spectral_distribution(ones), torch.tensor([1.0, 0.0, 0.0], dtype=dtype))
     assert float(singular_value_entropy(ones)) == 0.0

@@ -74,11 +74,16 @@ def test_msign_gradient_matches_finite_differences(case, gen):
 
 def test_torch_svd_backward_is_nan_at_orthogonal_matrices_and_ours_is_not(gen):
     """The reason for the custom backward: differentiating U Vᵀ through torch.linalg.svd divides by 0."""
-    Q, _ = torch.linalg.qr(torch.randn(4, 4, generator=gen, dtype=F64))
-    Xr = Q.clone().requires_grad_()
+    # A signed permutation: exactly orthogonal, so its computed singular values are exactly equal and torch's
+    # backward divides by σ_i² - σ_j² = 0. (A QR-made Q is orthogonal only to rounding: its σ differ by an ulp
+    # or not, depending on the draw and the CPU, and torch's gradient is then NaN or finite.)
+    P = torch.tensor([[0, 1, 0, 0], [0, 0, 0, -1], [1, 0, 0, 0], [0, 0, -1, 0]], dtype=F64)
+    Xr = P.clone().requires_grad_()
     U, _, Vh = torch.linalg.svd(Xr)
     (U @ Vh).pow(3).sum().backward()
     assert torch.isnan(Xr.grad).any()  # torch 2.x: all 16 entries
+    Q, _ = torch.linalg.qr(torch.randn(4, 4, generator=gen, dtype=F64))
+    assert torch.isfinite(_grad(msign, P, torch.ones_like(P))).all()
     assert torch.isfinite(_grad(msign, Q, torch.ones_like(Q))).all()
 
 
@@ -278,6 +283,7 @@ def test_rcond_numpy_scalars(rcond, gen):
 def test_rcond_numpy_scalars_errors(rcond, err, gen):
     G = torch.randn(4, 3, generator=gen, dtype=F64)
     if err is None:
+        # np.int64(0) is read as 0.0: the same arithmetic, bitwise
         torch.testing.assert_close(msign(G, rcond=rcond), msign(G, rcond=0.0), rtol=0, atol=0)
     else:
         with pytest.raises(err, match="rcond"):

@@ -61,6 +61,7 @@ def test_known_spectra_give_known_entropies():
                 mf = math.log(k) - (1 - np.euler_gamma) if q == 1 else math.log(k / 2)  # eq-mean-field, q = 2
                 assert getattr(row, f"gap_mf_{tag}") == pytest.approx(H - mf, abs=ATOL64)
                 lam = row.k / max(row.m, row.n)
+                # default rel 1e-6: the report calls the same limit; the sum is rounded once
                 assert getattr(row, f"gauss_{tag}") == pytest.approx(math.log(k) + gaussian_entropy_limit(lam, q=q, power=power))
         assert row.stable_rank == pytest.approx((s**2).sum() / s.max() ** 2, rel=ATOL64)
 

@@ -44,6 +44,7 @@ def test_numpy_in_numpy_out(gen):
     s = singular_values(W)
     p = spectral_distribution(W, power=2)
     assert isinstance(s, np.ndarray) and s.dtype == np.float64
+    # with_spectrum rounds U diag(s) Vᵀ once: Weyl gives |Δσ| <= n u ‖s‖ ~ 1e-15
     np.testing.assert_allclose(s, [2.0, 1.0, 0.25], rtol=1e-12)
     # p = s^2 / Σ s^2 = (4, 1, 1/16) / (81/16): exact rationals.
     np.testing.assert_allclose(p, np.array([64, 16, 1]) / 81, rtol=1e-12)

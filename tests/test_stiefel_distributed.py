@@ -114,4 +114,4 @@ def test_matches_single_process(results, mode):
     _train(model, model.parameters(), *_data())
     for got, want in zip(value, model.parameters()):
         assert float((got - want.detach()).abs().max()) <= ATOL
-        assert float(Stiefel().defect(got)) <= 1e-12
+        assert float(Stiefel().defect(got)) <= 1e-12  # float64 points after Björck-corrected steps: rounding, ~1e-15
