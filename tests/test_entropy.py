@@ -378,6 +378,7 @@ def test_gradient_matches_finite_differences(q, power, gen):
     assert torch.autograd.gradcheck(lambda X: effective_rank(X, q, power, rtol=0.0), (W,))
     got = torch.autograd.grad(singular_value_entropy(W, q, power), W)[0]
     # two float64 SVDs of W: rounding amplified by 1/gap (gaps >= 0.5 here): ~1e-14; 1e-10 catches a wrong term
+    # float64, same SVD: rounding amplified by 1/gap (gaps >= 0.5 here): ~1e-14; 1e-10 catches a wrong term (O(1))
     assert relative_error(got, analytic_gradient(W.detach(), q, power, 0.0)) < 1e-10 or q == 0.0
     if q == 0.0:
         assert float(got.abs().max()) == 0.0  # the numerical rank is piecewise constant

@@ -379,5 +379,6 @@ def test_parameters_stay_on_the_manifold(info):
     ps = info.params()
     opt = info.make(ps)
     run(opt, ps, 20)
-    # float64 with the Björck correction every step: rounding of a few n x n products, ~100 eps = 2e-14
+    # float64 with a Björck correction every step: the defect is the rounding of the last correction, ~n u
+    # (measured <= 4.4e-16 over 8 seeds); an uncorrected or non-retracted step would leave ~η² = 1e-2
     assert all(float(info.manifold.defect(p.detach()).max()) <= 1e-13 for p in ps)

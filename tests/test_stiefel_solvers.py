@@ -425,6 +425,7 @@ def test_rank_deficient_completion_stays_feasible(m, n, r, seed):
     assert float(np.sum(G * sol.Phi)) == pytest.approx(value, rel=1e-6)
 
 
+@pytest.mark.slow  # 3.8 s of CPU (one thread, the shared 2-core machine): 60 SDPs
 def test_random_instances_against_the_sdp():
     # a random sweep like the one that found the cases above: shapes up to 12 rows, a random rank (30 %), sizes
     # over 16 orders of magnitude. On each: the value within 1e-6 of the SDP's (relative) and ‖Φ‖₂ <= 1 + 1e-8,
