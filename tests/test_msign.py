@@ -51,9 +51,7 @@ def test_svd_matches_built_polar_factor(name, shape, gen):
 @pytest.mark.parametrize("shape", [(9, 5), (5, 9)])
 def test_newton_schulz_acts_as_scalar_map_on_singular_values(schedule, steps, shape, gen):
     s = torch.tensor([3.0, 2.0, 1.5, 0.2, 0.01], dtype=F64)
-    k = min(shape)
-    U, V = orthonormal(shape[0], k, gen), orthonormal(shape[1], k, gen)
-    G = (U * s) @ V.T
+    G, U, V = with_spectrum(s, *shape, gen, factors=True)
     x = (s / torch.linalg.vector_norm(s)).numpy()  # singular values of G / ‖G‖_F
     mapped = torch.from_numpy(scalar_map(x, schedule, steps)[-1])
     # float64 compute: the matrix iteration equals U diag(p(x)) Vᵀ up to ~steps * n * eps amplified by
@@ -199,8 +197,7 @@ def test_explicit_coefficients_and_rcond(gen):
     a = msign(G, method="newton_schulz", ns_coefficients=[(1.5, -0.5, 0.0)], ns_steps=30)
     torch.testing.assert_close(a, msign(G, method="newton_schulz", ns_coefficients="cubic", ns_steps=30), rtol=0, atol=0)
     s = torch.tensor([1.0, 1e-3, 1e-9], dtype=F64)
-    U, V = orthonormal(5, 3, gen), orthonormal(3, 3, gen)
-    Gs = (U * s) @ V.T
+    Gs, U, V = with_spectrum(s, 5, 3, gen, factors=True)
     # rcond = 1e-6 drops the 1e-9 value, keeping the 1e-3 one; the default keeps both.
     expect = (U[:, :2]) @ V[:, :2].T
     torch.testing.assert_close(msign(Gs, rcond=1e-6), expect, rtol=0, atol=1e-8)
