@@ -3,10 +3,11 @@
 As torch's ``OptimizerInfo`` (``torch/testing/_internal/common_optimizers.py``) describes each optimizer for
 ``test/test_optim.py``, :data:`INFOS` says for each optimizer how to build it and how to make parameters that
 are valid for it (points of the manifold for the manifold optimizers, ``svmuon.<Manifold>().random``), which
-hyperparameters it must refuse, and whether it has a manifold. The checks use the public contract only
-(the optimizer's docstrings): steps, errors, state dicts and copies; never the values inside the state, which
-each optimizer's own module tests (tests/test_muon.py, tests/test_manifold_muon.py, tests/test_stiefel.py).
-torch's own battery, run on svmuon.Muon, is tests/test_torch_contract.py.
+hyperparameters it must refuse, and whether it has a manifold; the Stiefel manifold runs with both solvers
+(the default completion, and Newton, whose warm start is state a step must keep or refuse whole). The checks use
+the public contract only (the optimizers' docstrings): steps, errors, state dicts and copies; never the values
+inside the state, which each optimizer's own module tests (tests/test_muon.py, tests/test_manifold_muon.py,
+tests/test_stiefel.py). torch's own battery, run on svmuon.Muon, is tests/test_torch_contract.py.
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ INFOS = [
               lambda s, gen: Stiefel().random(*s, dtype=F64, generator=gen),
               bad=COMMON_BAD + (({"atol": 100.0}, "atol"), ({"polar_every": -1}, "polar_every")),
               manifold=Stiefel()),
+    OptimInfo("ManifoldMuon-Stiefel-newton", ManifoldMuon, dict(lr=0.1, manifold=Stiefel(solver="newton")),
+              ((7, 3), (7, 3), (3, 6)), lambda s, gen: Stiefel().random(*s, dtype=F64, generator=gen),
+              bad=COMMON_BAD + (({"atol": 100.0}, "atol"), ({"polar_every": -1}, "polar_every")),
+              manifold=Stiefel()),  # the solver with a state (its warm start) that a step must keep or refuse whole
 ]
 MANIFOLD_INFOS = [info for info in INFOS if info.manifold is not None]
 
