@@ -135,30 +135,25 @@ def test_published_solvers_reach_the_sdp_optimum_on_tall_shapes(method, name):
 
 
 def test_square_case_is_the_orthogonal_closed_form():
-    # m = n: Φ = W msign(K), K = [WᵀG]_skew (su2025orthogonal), by SVD. Newton returns the smoothed Φ_ε with
-    # ε = 1e-6 σ̄ (the default smoothing, σ̄ = ‖K‖_F/√n). With E = Wᵀ(Φ_ε - Φ) (W orthogonal: ‖Φ_ε - Φ‖ = ‖E‖):
-    # * sym(E) = sym(WᵀΦ_ε), as WᵀΦ is skew: its Frobenius norm is r/2, r = ‖WᵀΦ_ε + Φ_εᵀW‖_F the residual
-    #   (the stopping rule; the odd case stops at max_iter with r ~ 3e-9 > tol, the rounding floor below);
-    # * skew(E): Y = 0 is the exact stationary point of f_ε here (∇f_ε(0) = sym(K(KᵀK + ε²)^{-1/2}) = 0, K skew),
-    #   where Φ_ε = W K (KᵀK + ε²)^{-1/2}: its singular values σ/√(σ² + ε²) are within ε²/(2σ²) of 1
-    #   (eq-stiefel-smoothing-gap's term; a zero σ, odd n, maps to 0 in both); plus rounding amplified by
-    #   ‖(M + ε²)^{-1/2}‖ = 1/√(σ_min² + ε²): n eps ‖G‖₂ / ε where K is singular (odd n: 4e-9 here).
-    # Measured/bound: 0.71 (6x6, the smoothing term), ~0.15 (5x5). A wrong ε (1e-5 σ̄) fails the 6x6 case.
+    # m = n: Φ = W msign(K), K = [WᵀG]_skew (su2025orthogonal), here by NumPy's SVD. Every solver now returns this
+    # closed form at m = n (stiefel/dispatch.py), so the two are two SVD routes to one polar factor: each within
+    # n eps ‖K‖₂ / σ⁺ of it (backward-stable SVD; the polar factor's condition is 1/σ⁺, σ⁺ the smallest non-zero
+    # singular value; odd n: K is singular and both drop its null direction). Bound 2.7e-14 (6x6), 6.5e-15 (5x5);
+    # measured 1.6e-15 and 9e-16. (It was atol=1e-9, which a 2-core EPYC exceeded, 1.02e-9, when Newton's smoothed
+    # Φ_ε was returned here: that is within ε²/(2σ⁺²) + r/2 of Φ, plus rounding amplified by 1/ε where K is
+    # singular, ~4e-9 at the default ε = 1e-6 σ̄ and tol = 1e-9; eq-stiefel-smoothing-gap.)
     eps64 = np.finfo(np.float64).eps
     for name in ("square_6x6", "square_5x5"):
         W, G = CASES[name]
         n = W.shape[1]
         A = W.T @ G
         K = (A - A.T) / 2
-        closed = W @ _svd_msign(K)  # odd n: K is singular
-        sol = stiefel_direction(W, G, solver="newton", tol=1e-9)
+        closed = W @ _svd_msign(K)
         sv = np.linalg.svd(K, compute_uv=False)
-        eps = 1e-6 * np.linalg.norm(K) / np.sqrt(n)
-        r = np.linalg.norm(W.T @ sol.Phi + sol.Phi.T @ W)
-        smoothing = eps**2 / (2 * sv[sv > 1e-12 * sv[0]].min() ** 2)
-        rounding = n * eps64 * np.linalg.norm(G, 2) / np.sqrt(sv.min() ** 2 + eps**2)
-        assert r <= 1e-8  # the target for the tangent residual
-        np.testing.assert_allclose(sol.Phi, closed, rtol=0, atol=smoothing + r / 2 + rounding)
+        for solver in ("newton", "completion"):
+            sol = stiefel_direction(W, G, solver=solver, tol=1e-9)
+            bound = 2 * n * eps64 * sv[0] / sv[sv > 1e-12 * sv[0]].min()
+            np.testing.assert_allclose(sol.Phi, closed, rtol=0, atol=bound)
 
 
 def test_square_trick_is_not_optimal_on_tall_shapes():
