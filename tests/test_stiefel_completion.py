@@ -292,3 +292,51 @@ def test_the_stiefel_package_is_small_pieces():
             for node in ast.walk(tree):
                 if isinstance(node, ast.ImportFrom) and node.module:
                     assert not node.module.endswith(("stiefel.manifold", "stiefel.api")), (path.name, node.module)
+
+
+# -- the matrix-product route (no eigendecomposition: what an accelerator runs) -----------------------------------
+def test_the_square_root_from_below_never_overshoots(gen):
+    # u_{k+1} = u_k (3 - u_k)²/4 on each eigenvalue: S² = D U_k with 0 ⪯ U_k ⪯ I, so S² ⪯ D at every k
+    from svmuon.orthogonal.stiefel.completion import _sqrt_from_below
+
+    V = torch.linalg.qr(torch.randn(6, 6, generator=gen, dtype=F64)).Q
+    d = torch.tensor([1e-6, 1e-3, 0.05, 0.3, 0.9, 1.0], dtype=F64)
+    D = V @ torch.diag(d) @ V.T
+    for k in (0, 1, 3, 8, 30):
+        S = _sqrt_from_below(D, k)
+        gap = torch.linalg.eigvalsh(D - S @ S)
+        # rounding: k steps of three n × n products of norm <= 1, each off by n u: 3 k n u (+ one for S²)
+        assert float(gap.min()) >= -3 * (k + 1) * 6 * torch.finfo(F64).eps
+    torch.testing.assert_close(S @ S, D, rtol=0, atol=1e-12)  # converged after 30 steps, even at 1e-6
+
+
+@pytest.mark.parametrize("schedule,steps,worst", [("polar_express", None, 1e-4), ("keller_jordan", 5, 0.5)])
+def test_the_matrix_product_route_is_feasible_and_close(schedule, steps, worst, gen):
+    # feasible whatever the msign's accuracy (its output band's top h divides both parts); with a converging
+    # schedule the value is within 1e-4 relative of the eigendecomposition route (measured ≤ 2e-5); Keller Jordan's
+    # quintic (band [0.47, 1.2]) stays feasible but loses up to ~20 % (measured): the route needs a converging msign
+    from svmuon.orthogonal.msign import Orthogonalizer
+
+    orth = Orthogonalizer("newton_schulz", ns_coefficients=schedule, ns_steps=steps)
+    St = Stiefel(route="newton_schulz")
+    for m, n in ((12, 5), (30, 8), (64, 16)):
+        W, G = _instance(gen, m, n)
+        Phi = St.steepest_direction(W, G, orthogonalize=orth)
+        assert float(tangent_residual(W, Phi)) <= 1e-12 and float(torch.linalg.matrix_norm(Phi, 2)) <= 1 + 1e-12
+        reference = float((G * stiefel_direction(W, G, route="eigh").Phi).sum())
+        assert float((G * Phi).sum()) >= reference * (1 - worst)
+
+
+def test_the_matrix_product_route_in_the_optimizer(monkeypatch, gen):
+    from test_muon import count_host_syncs
+
+    p = torch.nn.Parameter(M.random(64, 16, generator=gen))
+    opt = ManifoldMuon([p], lr=0.05, manifold=Stiefel(route="newton_schulz"))  # Polar Express, the default
+    p.grad = torch.randn(64, 16, generator=gen)
+    opt.step()
+    calls = count_host_syncs(monkeypatch)
+    for _ in range(3):
+        p.grad = torch.randn(64, 16, generator=gen)
+        opt.step()
+    assert calls == ["__bool__"] * 3
+    assert float(M.defect(p.detach())) <= 1e-5
