@@ -36,6 +36,7 @@ def test_n2_density_is_the_derivative_of_the_closed_form_cdf():
         assert entropy_density(h, 2) == pytest.approx(fd, rel=1e-7)
 
 
+@pytest.mark.slow  # 1.4 s of CPU (one thread, the shared 2-core machine), 10 s of wall time under load
 def test_n2_increases_to_infinity_and_moments():
     h = np.linspace(1e-3, L2 - 1e-9, 500)
     r = entropy_density(h, 2)
