@@ -140,6 +140,8 @@ class ManifoldMuon(MatrixOptimizer):
         check_hyper("momentum", group["momentum"], upper=1.0)
         check_bool("nesterov", group["nesterov"])
         check_int(group["polar_every"], "polar_every", minimum=0)
+        if group["ns_steps"] is not None:
+            check_int(group["ns_steps"], "ns_steps", minimum=1)  # as Muon: 0 steps is no msign at all
         if group["nan_policy"] not in NAN_POLICIES:
             raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {group['nan_policy']!r}")
         if group["atol"] is not None:
