@@ -86,7 +86,8 @@ def gap(U: torch.Tensor, Phi: torch.Tensor, ref: dict[str, Any]) -> dict[str, fl
 
 def completion_row(W32: torch.Tensor, U32: torch.Tensor) -> dict[str, Any]:
     """The completion solver on one recorded matrix: its gap in float64 and in float32 (as the optimizer computes
-    it), its own certificate ``gap`` beside the measured one, and the reference's facts."""
+    it), its own certificate ``gap`` beside the measured one, the reference's facts, and the gap of Newton as the
+    optimizer runs it (float32, its default tolerance)."""
     from svmuon.orthogonal.stiefel import stiefel_direction
 
     W, U = point64(W32), U32.double()
@@ -95,10 +96,14 @@ def completion_row(W32: torch.Tensor, U32: torch.Tensor) -> dict[str, Any]:
     Phi, _ = feasible(W, sol.Phi)
     sol32 = stiefel_direction(W32, U32)  # float32, the optimizer's precision
     Phi32, facts32 = feasible(W, sol32.Phi)
+    newton32 = stiefel_direction(W32, U32, solver="newton")
+    PhiN, factsN = feasible(W, newton32.Phi)
     return {"reference_certificate": ref["certificate"], "reference_iterations": ref["iterations"],
             "reference_converged": ref["converged"], "reference_residual": ref["residual"],
             **gap(U, Phi, ref), "certificate": float(sol.gap),
-            "float32": {**gap(U, Phi32, ref), "certificate": float(sol32.gap), "residual": facts32["residual_before"]}}
+            "float32": {**gap(U, Phi32, ref), "certificate": float(sol32.gap), "residual": facts32["residual_before"]},
+            "newton_float32": {**gap(U, PhiN, ref), "iterations": newton32.iterations,
+                               "residual": factsN["residual_before"]}}
 
 
 def amortized_row(W32: torch.Tensor, U32: torch.Tensor, Phi32: torch.Tensor) -> dict[str, Any]:

@@ -59,7 +59,13 @@ DEFINITIONS = {
     "reference_certificate": "(d_ref - p_ref) / p_ref, the relative error bound of the reference itself",
     "certificate": "the completion's own a-posteriori bound info['gap'] = (f(Y=0) - <U, Phi>) / <U, Phi>",
     "residual_before": "||W^T Phi + Phi^T W||_F of the direction the solver returned, before it is made feasible",
+    "solver_iterations": "ManifoldMuon's info['iterations'] of each step (the most over the step's batch, both "
+                         "matrices), mean and max over the timed rounds",
+    "targets": "the issue's targets per workload and Stiefel optimizer: step ratio (thread time, ratio of medians) "
+               "<= 1.5, host reads per step <= 1, largest gap of its direction over the sampled instances <= 1e-6 "
+               "(completion and Newton as the optimizer runs them, float32; the amortized dual ascent made feasible)",
 }
+TARGETS = {"step_ratio": 1.5, "host_syncs": 1, "gap": 1e-6}
 
 
 def _section(res: dict[str, Any], key: str, fn: Callable[[], Any]) -> None:
@@ -108,6 +114,7 @@ def _gap_summary(rows: dict[str, list]) -> dict[str, Any]:
     return {"completion_gap": _spread([r["gap"] for r in c]),
             "completion_gap_float32": _spread([r["float32"]["gap"] for r in c]),
             "completion_certificate": _spread([r["certificate"] for r in c]),
+            "newton_gap_float32": _spread([r["newton_float32"]["gap"] for r in c]),
             "reference_certificate": _spread([r["reference_certificate"] for r in c + a]),
             "amortized_gap": _spread([r["gap"] for r in a]),
             "amortized_residual": _spread([r["residual_before"] for r in a]),
@@ -200,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     write_result(path, "stiefel", res, settings=vars(args), definitions=DEFINITIONS,
                  note=" ".join(filter(None, [args.note, "smoke run: tiny sizes, not a measurement" if args.smoke
                                              else ""])))
+    _print_targets(res["targets"])
     print(f"wrote {path}")
     if res.get("errors"):
         print(f"sections that failed (recorded in the JSON): {', '.join(res['errors'])}")
@@ -228,7 +236,37 @@ def run(args: argparse.Namespace, shapes: list) -> dict[str, Any]:
             res.setdefault("errors", {})[key] = "skipped: the workloads were not recorded"
             continue
         _section(res, {"ratio": "step_ratio"}.get(key, key), sections[key])
+    res["targets"] = _targets(res, args.workloads)
     return res
+
+
+def _targets(res: dict[str, Any], workloads: list[str]) -> dict[str, Any]:
+    """Each Stiefel optimizer's figures against :data:`TARGETS` (``None`` where a section did not run)."""
+    gap_keys = {"stiefel": ("completion", "float32"), "stiefel_newton": ("completion", "newton_float32"),
+                "stiefel_amortized": ("amortized", None)}
+    out: dict[str, Any] = {}
+    for name in workloads:
+        ratio = res.get("step_ratio", {}).get(name, {}).get("optimizers", {})
+        gaps = res.get("gap", {}).get(name)
+        for opt, (rows, sub) in gap_keys.items():
+            row = ratio.get(opt)
+            values = {"step_ratio": row["ratio"]["thread"]["ratio_of_medians"] if row else None,
+                      "host_syncs": row["host_syncs_per_step"]["max"] if row else None,
+                      "gap": max((r[sub]["gap"] if sub else r["gap"]) for r in gaps[rows]) if gaps else None}
+            out.setdefault(name, {})[opt] = {k: {"value": v, "target": TARGETS[k],
+                                                 "met": None if v is None else v <= TARGETS[k]}
+                                             for k, v in values.items()}
+    return out
+
+
+def _print_targets(targets: dict[str, Any]) -> None:
+    print("targets (step ratio <= 1.5 by thread time, ratio of medians; host reads <= 1; largest gap <= 1e-6):")
+    for name, opts in targets.items():
+        for opt, figures in opts.items():
+            cells = [f"{k} {'—' if f['value'] is None else format(f['value'], '.3g')} "
+                     f"({'not measured' if f['met'] is None else 'met' if f['met'] else 'NOT met'})"
+                     for k, f in figures.items()]
+            print(f"  {name:6s} {opt:18s} " + "; ".join(cells))
 
 
 if __name__ == "__main__":  # pragma: no cover
