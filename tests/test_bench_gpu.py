@@ -49,7 +49,7 @@ def test_smoke_numbers_are_consistent(smoke_result):
     for r, shape in zip(res["stiefel"], gpu._gpu_stiefel.SMOKE):  # tall (completion) and square (closed form)
         assert (r["count"], r["m"], r["n"]) == shape
         assert r["manifold_muon_stiefel_over_muon"] == pytest.approx(r["manifold_muon_stiefel_s"] / r["muon_s"])
-        assert ("orthogonal_muon_over_muon" in r) == (r["m"] == r["n"])
+        assert ("orthogonal_muon_over_muon" in r) == (r["m"] == r["n"]) != ("manifold_muon_stiefel_eigh_s" in r)
         assert r["host_syncs_per_step"] >= 1 and r["defect"] <= 1e-5  # float32 points after a few steps
         assert r["certificate_max"] >= 0  # the completion's bound (0 for the square closed form, which is exact)
     drift = res["drift"]

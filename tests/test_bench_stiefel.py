@@ -147,7 +147,7 @@ def test_bench_stiefel_smoke(tmp_path):
     assert np.isfinite([r["gap"] for r in res["gap"]["text"]["completion"]]).all()
     for name in ("digits", "text"):  # the targets, each figure beside its target and verdict
         targets = res["targets"][name]
-        assert set(targets) == {"stiefel", "stiefel_newton", "stiefel_amortized"}
+        assert set(targets) == {"stiefel", "stiefel_matmul", "stiefel_newton", "stiefel_amortized"}
         for figures in targets.values():
             assert set(figures) == set(stiefel.TARGETS)
             assert all(f["value"] is not None and f["met"] == (f["value"] <= f["target"]) for f in figures.values())

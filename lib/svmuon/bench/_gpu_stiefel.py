@@ -3,17 +3,25 @@ shapes against one ``svmuon.Muon`` step (the baseline) and, for square shapes, o
 
 Shapes (count × m × n): 4 × 1024×256 and 4 × 4096×1024 (tall projections, the completion solver) and 2 × 4096×4096
 (square: the orthogonal group's closed form). Parameters float32 (master weights); each optimizer with its CUDA
-defaults. Where bf16 is used: only in Newton–Schulz msign (``compute_dtype`` bfloat16 on CUDA): Muon's update and the
-square case's ``msign([WᵀU]_skew)``, whose result is re-projected onto skew matrices, so rounding there cannot take
-the step off the tangent space (thm-skew-msign). The tall case uses no msign at all: the completion's products and
-its two n × n eigendecompositions run in float64 (:mod:`svmuon.orthogonal.stiefel.completion`: its normal part has
-entries up to ~1e6 where ``G⊥`` is nearly rank-deficient, and float32 rounding there became tangent residuals of
-order 1, so neither bf16 nor float32 is safe there); the polar retraction runs in the parameter's dtype.
+defaults, and for the tall shapes the completion by both routes:
+
+* ``manifold_muon_stiefel``: ``Stiefel()``, whose completion takes ``route="auto"``, i.e. ``"newton_schulz"`` on an
+  accelerator (``"eigh"`` on the CPU): matrix products only, two msigns by the optimizer's orthogonaliser;
+* ``manifold_muon_stiefel_eigh``: ``Stiefel(route="eigh")``: two float64 n × n eigendecompositions and float64
+  products (:mod:`svmuon.orthogonal.stiefel.completion`: its normal part has entries up to ~1e6 where ``G⊥`` is nearly
+  rank-deficient, and float32 rounding there became tangent residuals of order 1).
+
+Where bf16 is used: only in Newton–Schulz msign (the optimizers' ``compute_dtype``, bfloat16 on CUDA): Muon's update,
+the square case's ``msign([WᵀU]_skew)`` (re-projected onto skew matrices, thm-skew-msign, so its rounding cannot take
+the step off the tangent space) and the two msigns of the ``"newton_schulz"`` completion, whose feasibility does not
+rest on their accuracy (the rotation is divided by the schedule's largest output singular value, the normal part is
+built below ``D^{1/2}``); what bf16 costs there in optimality is measured on the CPU in float32 by
+``python -m svmuon.bench stiefel`` (``matmul_float32``), not here. The polar retraction runs in the parameter's dtype.
 
 Times: the median of ``repeats`` steps after ``warmup`` steps, each by CUDA events around ``step()`` (on the CPU,
 the wall clock), with a device synchronisation before reading them. Per row: the step times, ``*_over_muon`` (ratio
-of the medians), the host reads of one Stiefel step (counted as the tests count them), the largest
-``‖WᵀW - I‖_max`` after the timed steps, and the completion's certificate (the largest ``info["gap"]``).
+of the medians), the host reads of one step of each Stiefel optimizer (counted as the tests count them), the largest
+``‖WᵀW - I‖_max`` after the timed steps, and the ``"eigh"`` completion's certificate (the largest ``info["gap"]``).
 """
 
 from __future__ import annotations
@@ -65,11 +73,16 @@ def _makers(compute_dtype: torch.dtype, square: bool) -> dict[str, Callable]:
     from svmuon.optim.muon import Muon
     from svmuon.orthogonal.stiefel import Stiefel
 
+    def stiefel(**options):  # noqa: ANN003, ANN202
+        return lambda ps: ManifoldMuon(ps, lr=0.02, momentum=0.95, manifold=Stiefel(**options),
+                                       compute_dtype=compute_dtype)
+
     makers = {"muon": lambda ps: Muon(ps, lr=0.02, momentum=0.95, weight_decay=0.0, compute_dtype=compute_dtype),
-              "manifold_muon_stiefel": lambda ps: ManifoldMuon(ps, lr=0.02, momentum=0.95, manifold=Stiefel(),
-                                                               compute_dtype=compute_dtype)}
+              "manifold_muon_stiefel": stiefel()}
     if square:
         makers["orthogonal_muon"] = lambda ps: OrthogonalMuon(ps, lr=0.02, momentum=0.95, compute_dtype=compute_dtype)
+    else:
+        makers["manifold_muon_stiefel_eigh"] = stiefel(route="eigh")
     return makers
 
 
@@ -88,16 +101,17 @@ def _row(count: int, m: int, n: int, compute_dtype: torch.dtype, device: torch.d
             p.grad = g.clone()
         opt = make(params)
         row[f"{name}_s"] = time_step(opt.step, cfg["repeats"], cfg["warmup"], device)
-        if name == "manifold_muon_stiefel":
+        if name.startswith("manifold_muon_stiefel"):
             with host_syncs() as calls:
                 opt.step()
             synchronize(device)
-            row["host_syncs_per_step"] = len(calls)
-            row["defect"] = max(float(Stiefel().defect(p.detach())) for p in params)
+            suffix = name.removeprefix("manifold_muon_stiefel")
+            row[f"host_syncs_per_step{suffix}"] = len(calls)
+            row[f"defect{suffix}"] = max(float(Stiefel().defect(p.detach())) for p in params)
             gaps = [float(opt.state[p]["info"]["gap"]) for p in params if "gap" in opt.state[p]["info"]]
-            row["certificate_max"] = max(gaps) if gaps else None
+            row[f"certificate_max{suffix}"] = max(gaps) if gaps else None
         del opt, params
-    for name in ("manifold_muon_stiefel", "orthogonal_muon"):
+    for name in ("manifold_muon_stiefel", "manifold_muon_stiefel_eigh", "orthogonal_muon"):
         if f"{name}_s" in row:
             row[f"{name}_over_muon"] = row[f"{name}_s"] / row["muon_s"]
     return row

@@ -86,8 +86,9 @@ def gap(U: torch.Tensor, Phi: torch.Tensor, ref: dict[str, Any]) -> dict[str, fl
 
 def completion_row(W32: torch.Tensor, U32: torch.Tensor) -> dict[str, Any]:
     """The completion solver on one recorded matrix: its gap in float64 and in float32 (as the optimizer computes
-    it), its own certificate ``gap`` beside the measured one, the reference's facts, and the gap of Newton as the
-    optimizer runs it (float32, its default tolerance)."""
+    it), its own certificate ``gap`` beside the measured one, the reference's facts, and the gaps of Newton as the
+    optimizer runs it (float32, its default tolerance) and of the completion by matrix products
+    (``route="newton_schulz"`` with the optimizer's msign, float32)."""
     from svmuon.orthogonal.stiefel import stiefel_direction
 
     W, U = point64(W32), U32.double()
@@ -98,12 +99,24 @@ def completion_row(W32: torch.Tensor, U32: torch.Tensor) -> dict[str, Any]:
     Phi32, facts32 = feasible(W, sol32.Phi)
     newton32 = stiefel_direction(W32, U32, solver="newton")
     PhiN, factsN = feasible(W, newton32.Phi)
+    matmul32 = stiefel_direction(W32, U32, route="newton_schulz", orthogonalize=_optimizer_msign())
+    PhiM, factsM = feasible(W, matmul32.Phi)
     return {"reference_certificate": ref["certificate"], "reference_iterations": ref["iterations"],
             "reference_converged": ref["converged"], "reference_residual": ref["residual"],
             **gap(U, Phi, ref), "certificate": float(sol.gap),
             "float32": {**gap(U, Phi32, ref), "certificate": float(sol32.gap), "residual": facts32["residual_before"]},
             "newton_float32": {**gap(U, PhiN, ref), "iterations": newton32.iterations,
-                               "residual": factsN["residual_before"]}}
+                               "residual": factsN["residual_before"]},
+            "matmul_float32": {**gap(U, PhiM, ref), "residual": factsM["residual_before"],
+                               "spectral_norm": factsM["spectral_norm_before"]}}
+
+
+def _optimizer_msign():
+    """ManifoldMuon's default msign on the CPU (Polar Express, its default steps, float32), which the completion's
+    ``route="newton_schulz"`` uses inside the optimizer."""
+    from svmuon.orthogonal.msign import Orthogonalizer
+
+    return Orthogonalizer("newton_schulz", ns_coefficients="polar_express")
 
 
 def amortized_row(W32: torch.Tensor, U32: torch.Tensor, Phi32: torch.Tensor) -> dict[str, Any]:

@@ -33,8 +33,10 @@ from svmuon.bench._common import host_syncs
 __all__ = ["OPTIMIZERS", "BASELINE", "SOLVERS", "step_ratio", "solver_rows", "summarize"]
 
 BASELINE = "muon"
-OPTIMIZERS = ("muon", "stiefel", "stiefel_newton", "stiefel_amortized", "geoopt_rsgd")
-STIEFEL = {"stiefel": {}, "stiefel_newton": {"solver": "newton"},
+OPTIMIZERS = ("muon", "stiefel", "stiefel_matmul", "stiefel_newton", "stiefel_amortized", "geoopt_rsgd")
+#: the Stiefel options of each ManifoldMuon replayed: the default (completion; on the CPU its route is "eigh"), the
+#: completion by matrix products only (the default route on an accelerator), Newton, the amortized dual ascent
+STIEFEL = {"stiefel": {}, "stiefel_matmul": {"route": "newton_schulz"}, "stiefel_newton": {"solver": "newton"},
            "stiefel_amortized": {"solver": "dual_ascent", "max_iter": 1}}
 GEOOPT_LR = 0.1  # the middle of the geoopt_rsgd grid (svmuon.experiments.stiefel_tasks.GRIDS)
 SOLVERS = ("completion", "newton", "fixed_point_reduced", "fixed_point", "dual_ascent")
