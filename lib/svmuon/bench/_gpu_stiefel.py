@@ -20,7 +20,8 @@ built below ``D^{1/2}``); what bf16 costs there in optimality is measured on the
 
 Times: the median of ``repeats`` steps after ``warmup`` steps, each by CUDA events around ``step()`` (on the CPU,
 the wall clock), with a device synchronisation before reading them. Per row: the step times, ``*_over_muon`` (ratio
-of the medians), the host reads of one step of each Stiefel optimizer (counted as the tests count them), the largest
+of the medians), the host reads of one step of each Stiefel optimizer (counted as the tests count them) and, on a
+GPU, the synchronisations CUDA reports for one more step (:func:`cuda_syncs`), the largest
 ``‖WᵀW - I‖_max`` after the timed steps, and the ``"eigh"`` completion's certificate (the largest ``info["gap"]``).
 """
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -60,6 +62,23 @@ def time_step(fn: Callable[[], Any], repeats: int, warmup: int, device: torch.de
         end.record()
     torch.cuda.synchronize(device)
     return statistics.median(start.elapsed_time(end) / 1e3 for start, end in events)
+
+
+def cuda_syncs(fn: Callable[[], Any], device: torch.device) -> int | None:
+    """Synchronisations of one call of ``fn`` as CUDA sees them (``torch.cuda.set_sync_debug_mode("warn")``, as
+    ``tests/test_muon.py`` counts them; it also sees those inside kernels such as ``eigh``'s error check, which the
+    host-read count cannot); ``None`` on the CPU."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return len([w for w in caught if "synchroniz" in str(w.message)])
 
 
 def _points(count: int, m: int, n: int, device: torch.device) -> torch.Tensor:
@@ -107,6 +126,7 @@ def _row(count: int, m: int, n: int, compute_dtype: torch.dtype, device: torch.d
             synchronize(device)
             suffix = name.removeprefix("manifold_muon_stiefel")
             row[f"host_syncs_per_step{suffix}"] = len(calls)
+            row[f"cuda_syncs_per_step{suffix}"] = cuda_syncs(opt.step, device)
             row[f"defect{suffix}"] = max(float(Stiefel().defect(p.detach())) for p in params)
             gaps = [float(opt.state[p]["info"]["gap"]) for p in params if "gap" in opt.state[p]["info"]]
             row[f"certificate_max{suffix}"] = max(gaps) if gaps else None
