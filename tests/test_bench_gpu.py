@@ -24,7 +24,7 @@ def test_smoke_json_has_the_fields(smoke_result):
     for key in ("gpu", "driver", "torch", "cuda", "date"):
         assert key in res["device_info"]
     assert res["device_info"]["torch"] == torch.__version__
-    for key in ("matmul", "msign", "grouping", "compile", "step", "drift", "goals"):  # every section ran
+    for key in ("matmul", "msign", "grouping", "compile", "step", "drift", "stiefel", "goals"):  # every section ran
         assert key in res and not (isinstance(res[key], dict) and ({"error", "skipped"} & set(res[key]))), res.get(key)
     assert res["compile"]["backend"] == "eager" and res["compile"]["compiled_s"] > 0  # issue 19: KeyError 'steps'
 
@@ -47,6 +47,12 @@ def test_smoke_numbers_are_consistent(smoke_result):
     row = res["step"][0]
     # default rel 1e-6: one division of two recorded floats (1e-16 relative)
     assert row["orthogonal_muon_over_torch"] == pytest.approx(row["orthogonal_muon_s"] / row["torch_muon_s"])
+    for r, shape in zip(res["stiefel"], gpu._gpu_stiefel.SMOKE):  # tall (completion) and square (closed form)
+        assert (r["count"], r["m"], r["n"]) == shape
+        assert r["manifold_muon_stiefel_over_muon"] == pytest.approx(r["manifold_muon_stiefel_s"] / r["muon_s"])
+        assert ("orthogonal_muon_over_muon" in r) == (r["m"] == r["n"]) != ("manifold_muon_stiefel_eigh_s" in r)
+        assert r["host_syncs_per_step"] >= 1 and r["defect"] <= 1e-5  # float32 points after a few steps
+        assert r["certificate_max"] >= 0  # the completion's bound (0 for the square closed form, which is exact)
     drift = res["drift"]
     assert [k for k, _ in drift["error_by_step"]][-1] == drift["steps"]
     # float32 weights, exact-enough fp32 Newton–Schulz with a Björck step each step: the error stays at

@@ -1,27 +1,165 @@
-"""Smoke test of ``python -m svmuon.bench stiefel`` on tiny shapes (timings are not asserted)."""
+"""``python -m svmuon.bench stiefel``: every section's smoke run, the gap figures against the SDP, the replay and the
+host-read counter (timings themselves are never asserted)."""
 
 from __future__ import annotations
 
 import json
+import statistics
 
+import numpy as np
 import pytest
+import torch
 
+from svmuon.bench import _stiefel_quality as quality
+from svmuon.bench import _stiefel_timing as timing
 from svmuon.bench import stiefel
+from svmuon.bench._common import host_syncs
+from svmuon.bench._workloads import Workload
 
 
-@pytest.mark.slow  # ~8 s: every solver, cold and warm, plus optimizer steps
+def _instance(m: int, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    Q, R = torch.linalg.qr(torch.randn(m, n, generator=gen, dtype=torch.float64))
+    return Q * torch.sign(torch.diagonal(R)), torch.randn(m, n, generator=gen, dtype=torch.float64)
+
+
+def test_host_syncs_counts_reads_and_restores_the_methods():
+    original = torch.Tensor.__bool__
+    with host_syncs() as calls:
+        bool(torch.tensor(True))
+        float(torch.tensor(1.0))
+        torch.ones(2).tolist()
+        torch.ones(3) @ torch.ones(3)  # compute without a read is not counted
+    assert calls == ["__bool__", "__float__", "tolist"]
+    assert torch.Tensor.__bool__ is original
+    with pytest.raises(ZeroDivisionError), host_syncs():
+        1 / 0
+    assert torch.Tensor.__bool__ is original  # restored on error too
+
+
+def test_feasible_form_is_tangent_with_unit_spectral_norm():
+    W, Z = _instance(9, 4, 0)
+    Phi, facts = quality.feasible(W, Z)
+    assert float(torch.linalg.matrix_norm(W.mT @ Phi + Phi.mT @ W)) < 1e-13  # float64 rounding of a few products
+    assert float(torch.linalg.matrix_norm(Phi, ord=2)) == pytest.approx(1.0, abs=1e-14)
+    assert facts["residual_before"] == pytest.approx(float(torch.linalg.matrix_norm(W.mT @ Z + Z.mT @ W)))
+
+
+def test_gap_against_the_sdp_on_a_tiny_instance():
+    """The reference (Newton, certified by its dual value) against the SDP answer key, and the completion's gap
+    measured from it against the gap measured from the SDP value."""
+    from svmuon.orthogonal.references import stiefel_direction_sdp
+    from svmuon.orthogonal.stiefel import stiefel_direction
+
+    W, U = _instance(8, 3, 1)
+    _, v = stiefel_direction_sdp(W.numpy(), U.numpy())
+    ref = quality.reference(W, U)
+    # the SDP is solved to gap and feasibility 1e-10 (CLARABEL); 1e-7 relative leaves room for its inaccuracy
+    assert ref["p"] == pytest.approx(v, rel=1e-7)
+    assert ref["p"] <= ref["d"] * (1 + 1e-12) and ref["certificate"] < 1e-8  # weak duality; Newton to 1e-10
+    assert ref["d"] >= v * (1 - 1e-7)
+    Phi, _ = quality.feasible(W, stiefel_direction(W, U).Phi)
+    g = quality.gap(U, Phi, ref)
+    assert g["gap"] == pytest.approx(1 - quality.value(U, Phi) / v, abs=1e-7)
+    assert -1e-9 <= g["gap"] <= g["gap_max"]  # a feasible direction cannot beat the optimum
+
+
+def test_the_compressed_slice_has_the_value_of_the_slice():
+    """sdp_slice's claim (the optimum lies in the column space of [W U]), checked by the SDP on both problems."""
+    from svmuon.orthogonal.references import stiefel_direction_sdp
+
+    W, U = _instance(12, 4, 2)
+    Ws, Us = quality.sdp_slice(W, U, 2)
+    assert tuple(Ws.shape) == (4, 2)
+    cols = [0, 3]  # the two evenly spaced columns of 4
+    _, v_full = stiefel_direction_sdp(W[:, cols].numpy(), U[:, cols].numpy())
+    _, v_small = stiefel_direction_sdp(Ws.numpy(), Us.numpy())
+    assert v_small == pytest.approx(v_full, rel=1e-7)  # both SDPs to 1e-10, as above
+
+
+def _tiny_workload(steps: int = 7) -> Workload:
+    gen = torch.Generator().manual_seed(3)
+    W1 = torch.linalg.qr(torch.randn(12, 4, generator=gen)).Q
+    W2 = torch.linalg.qr(torch.randn(10, 4, generator=gen)).Q.T.contiguous()  # wide, orthonormal rows
+    grads = [(torch.randn(12, 4, generator=gen), torch.randn(4, 10, generator=gen)) for _ in range(steps)]
+    return Workload("tiny", {"task": "tiny", "sizes": (4, 12, 4, 2), "embed": 0, "batch_size": 1}, {}, 0.05, 0,
+                    (W1, W2), grads)
+
+
+def test_step_ratios_follow_from_the_times():
+    res = timing.step_ratio(_tiny_workload(), ("muon", "stiefel"), warmup=2, sync_rounds=1)
+    assert res["baseline"] == "muon" and res["warmup_rounds"] == 2 and res["timed_rounds"] == 4
+    _check_ratios(res)
+    with pytest.raises(ValueError, match="no timed rounds"):
+        timing.step_ratio(_tiny_workload(3), ("muon",), warmup=2, sync_rounds=1)
+
+
+@pytest.mark.slow  # ~3 s alone, up to 20 s on a loaded machine (geoopt's import, Newton's first solves)
+def test_step_ratio_replays_every_optimizer():
+    res = timing.step_ratio(_tiny_workload(), warmup=2, sync_rounds=1)
+    assert set(res["optimizers"]) == set(timing.OPTIMIZERS)
+    _check_ratios(res)
+    assert res["optimizers"]["stiefel_newton"]["solver_iterations"]["mean"] >= 1
+
+
+def _check_ratios(res):
+    base = res["optimizers"]["muon"]["times"]
+    for name, row in res["optimizers"].items():
+        for clock in ("wall_s", "thread_s"):
+            t = row["times"][clock]
+            assert len(t) == 4 and row[clock]["median"] == statistics.median(t) and row[clock]["min"] == min(t)
+            r = row["ratio"][clock.removesuffix("_s")]
+            assert r["ratio_of_medians"] == statistics.median(t) / statistics.median(base[clock])
+            assert r["ratio_of_minima"] == min(t) / min(base[clock])
+        if name != "muon":  # every constrained optimizer kept its points on the manifold (float32 rounding)
+            assert row["defect_end"] < 1e-4
+    assert res["optimizers"]["muon"]["host_syncs_per_step"]["max"] == 1  # Muon's one fused check (test_muon.py)
+
+
+def test_a_failing_section_fails_the_command_and_the_others_run(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(timing, "solver_rows", broken)
+    out = tmp_path / "s.json"
+    assert stiefel.main(["--smoke", "--sections", "solvers", "--output", str(out)]) == 1
+    data = json.loads(out.read_text())
+    assert data["results"]["errors"] == {"solvers": "RuntimeError: boom"}
+    assert "workloads" not in data["results"]  # the solvers section needs no recorded stream
+
+
+@pytest.mark.slow  # ~25 s on a loaded 2-core machine: two recorded streams, every section
 def test_bench_stiefel_smoke(tmp_path):
     out = tmp_path / "s.json"
-    assert stiefel.main(["--smoke", "--output", str(out)]) == 0  # 12x4, one repeat, two timed steps
+    assert stiefel.main(["--smoke", "--output", str(out)]) == 0
     data = json.loads(out.read_text())
-    assert data["benchmark"] == "stiefel"
-    rows = data["results"]["solvers"]
-    assert {(r["solver"], r["start"]) for r in rows} == {(s, t) for s in stiefel.SOLVERS for t in ("cold", "warm")}
-    for r in rows:
-        assert r["seconds"] > 0 and r["msign_seconds"] > 0 and r["history"]
-        # recomputed from the recorded times: one division, u |x| <= 1e-14 for ratios below 100
-        assert abs(r["msign_equivalents"] - r["seconds"] / r["msign_seconds"]) < 1e-12
-        if r["solver"] == "newton":  # the book's solver reaches the tolerance on a small tall problem
-            assert r["converged"] and r["residual"] <= 1e-6
-    (ratio,) = data["results"]["step_ratio"]
-    assert ratio["ratio"] > 0 and ratio["defect"] <= 1e-5
+    res = data["results"]
+    assert data["benchmark"] == "stiefel" and "errors" not in res and set(data["definitions"]) >= {
+        "ratio_of_medians", "ratio_of_minima", "gap"}
+    assert set(res["workloads"]) == {"digits", "text"} and res["workloads"]["text"]["steps"] == stiefel.SMOKE["steps"]
+    for name in ("digits", "text"):
+        ratio = res["step_ratio"][name]["optimizers"]
+        assert ratio["muon"]["ratio"]["thread"]["ratio_of_medians"] == 1.0
+        gap = res["gap"][name]
+        for row in gap["completion"]:  # the reference is the optimum up to its own certificate
+            assert row["gap"] >= -1e-9 - row["reference_certificate"] and row["gap_max"] >= row["gap"]
+            assert row["certificate"] >= row["gap"] - 1e-9  # the completion's certificate is an upper bound
+        for row in gap["sdp"]:  # CLARABEL to 1e-10; the reference to 1e-10 with its certificate
+            assert abs(row["reference_vs_sdp"]) < 1e-7 and row["shape"] == [6, 3]
+        assert all(r["residual_before"] > 0 for r in gap["amortized"])
+        assert all(r[s]["converged"] for r in res["newton"][name] for s in ("cold", "warm"))
+    for row in res["solvers"]:
+        assert row["shape"] == [12, 4] and row["history"] is not None
+        assert row["msign_equivalents"]["ratio_of_medians"] == pytest.approx(
+            row["seconds"]["median"] / row["msign_seconds"]["median"], rel=1e-12)
+        if row["solver"] in ("completion", "newton"):
+            assert row["converged"]
+    assert np.isfinite([r["gap"] for r in res["gap"]["text"]["completion"]]).all()
+    for name in ("digits", "text"):  # the issue's targets, each figure beside its target and verdict
+        targets = res["targets"][name]
+        assert set(targets) == {"stiefel", "stiefel_matmul", "stiefel_newton", "stiefel_amortized"}
+        for figures in targets.values():
+            assert set(figures) == set(stiefel.TARGETS)
+            assert all(f["value"] is not None and f["met"] == (f["value"] <= f["target"]) for f in figures.values())
+        assert targets["stiefel"]["step_ratio"]["value"] == \
+            res["step_ratio"][name]["optimizers"]["stiefel"]["ratio"]["thread"]["ratio_of_medians"]

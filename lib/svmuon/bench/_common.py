@@ -6,11 +6,12 @@ and records the hardware, the date and the library versions with them.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -19,6 +20,34 @@ def synchronize(device: torch.device | str | None = None) -> None:
     """Wait for queued CUDA work so that a wall-clock timing covers it (no-op on CPU)."""
     if device is not None and torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
+
+
+#: the torch.Tensor methods that read a value back to the host (a synchronisation on an accelerator), as
+#: ``tests/test_muon.py::count_host_syncs`` counts them
+SYNC_METHODS = ("__bool__", "item", "tolist", "__float__", "__int__", "__index__", "numpy")
+
+
+@contextlib.contextmanager
+def host_syncs() -> Iterator[list[str]]:
+    """Count host reads inside the block: yields a list that receives the name of every :data:`SYNC_METHODS` call
+    made on a tensor (the methods are wrapped for the block's duration and restored after it, also on error).
+    Not thread-safe; for measurements, not for production code."""
+    calls: list[str] = []
+    originals = {name: getattr(torch.Tensor, name) for name in SYNC_METHODS}
+
+    def wrap(name: str, original: Callable) -> Callable:
+        def wrapper(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            calls.append(name)
+            return original(self, *args, **kwargs)
+        return wrapper
+
+    try:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, wrap(name, original))
+        yield calls
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
 
 
 def time_call(fn: Callable[[], Any], *, repeats: int = 5, warmup: int = 1, device: Any = None) -> dict[str, float]:

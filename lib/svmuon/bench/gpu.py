@@ -15,7 +15,11 @@ Measured in the same run (bfloat16 Newton–Schulz, float32 master weights, the 
   Express, 10 steps) and with the same 5-step quintic as Muon; ``*_over_torch`` = time ratios (goal for
   OrthogonalMuon <= 1.3);
 * ``drift``: ``max ‖WᵀW − I‖_max`` of OrthogonalMuon over 10,000 steps with random gradients, bf16
-  msign on float32 weights (goal <= 1e-5).
+  msign on float32 weights (goal <= 1e-5);
+* ``stiefel``: one ``ManifoldMuon(Stiefel())`` step at real layer shapes (4 × 1024×256, 4 × 4096×1024,
+  2 × 4096×4096) against ``svmuon.Muon`` and, square, ``OrthogonalMuon``, timed by CUDA events
+  (:mod:`svmuon.bench._gpu_stiefel`, which says where bf16 is used and why the tall case uses float64); goal
+  ``manifold_muon_stiefel_over_muon`` <= 1.5 (the target of the manifold-Muon issue).
 
 On a machine without CUDA, or with ``--smoke``, every section runs on the CPU in float32 at tiny sizes
 (torch.compile with its ``eager`` backend: the graph capture without code generation, unless
@@ -42,17 +46,19 @@ from typing import Any
 import torch
 
 from svmuon._cli import describe, output_file, positive_int
+from svmuon.bench import _gpu_stiefel
 from svmuon.bench._common import output_path, synchronize, time_call, write_result
 from svmuon.optim.manifold_muon import OrthogonalMuon
 from svmuon.optim.muon import KELLER_JORDAN, Muon
 from svmuon.orthogonal.msign import msign
 
 FULL = dict(matmul_n=4096, msign_sizes=[1024, 2048, 4096, 8192], sets=[(24, 2048), (24, 4096)],
-            group=(24, 2048), drift=(4, 1024), drift_steps=10_000, drift_every=500, repeats=10, warmup=3)
+            group=(24, 2048), drift=(4, 1024), drift_steps=10_000, drift_every=500, repeats=10, warmup=3,
+            stiefel_sets=_gpu_stiefel.FULL)
 SMOKE = dict(matmul_n=128, msign_sizes=[32, 64], sets=[(4, 32)], group=(4, 32), drift=(2, 16),
-             drift_steps=200, drift_every=50, repeats=2, warmup=1)
+             drift_steps=200, drift_every=50, repeats=2, warmup=1, stiefel_sets=_gpu_stiefel.SMOKE)
 GOALS = {"msign_fraction_of_matmul_at_4096": 0.70, "orthogonal_muon_over_torch_muon": 1.3,
-         "drift_max": 1e-5}
+         "drift_max": 1e-5, "manifold_muon_stiefel_over_muon": 1.5}
 NS = dict(method="newton_schulz", ns_coefficients="keller_jordan", ns_steps=5)
 
 
@@ -212,7 +218,10 @@ def _goals(res: dict[str, Any]) -> dict[str, Any]:
     steps = res["step"] if isinstance(res.get("step"), list) else []
     ratio = max((r["orthogonal_muon_over_torch"] for r in steps), default=None)
     drift = res["drift"].get("max_error") if isinstance(res.get("drift"), dict) else None
-    values = {"msign_fraction_of_matmul_at_4096": frac, "orthogonal_muon_over_torch_muon": ratio, "drift_max": drift}
+    stiefel = res["stiefel"] if isinstance(res.get("stiefel"), list) else []
+    stiefel_ratio = max((r["manifold_muon_stiefel_over_muon"] for r in stiefel), default=None)
+    values = {"msign_fraction_of_matmul_at_4096": frac, "orthogonal_muon_over_torch_muon": ratio, "drift_max": drift,
+              "manifold_muon_stiefel_over_muon": stiefel_ratio}
     out = {}
     for name, value in values.items():
         goal = GOALS[name]
@@ -251,6 +260,7 @@ def run(smoke: bool, compile_: bool | None, drift_steps: int | None, device: tor
         res["compile"] = {"skipped": "--no-compile"}
     _section(res, "step", lambda: bench_steps(cfg["sets"], dtype, device, cfg))
     _section(res, "drift", lambda: bench_drift(*cfg["drift"], cfg["drift_steps"], cfg["drift_every"], dtype, device))
+    _section(res, "stiefel", lambda: _gpu_stiefel.bench_stiefel(cfg["stiefel_sets"], dtype, device, cfg))
     res["goals"] = _goals(res)
     return res
 
@@ -284,6 +294,12 @@ def _print_table(res: dict[str, Any]) -> None:
               f"OrthogonalMuon(quintic, 5) {r['orthogonal_muon_quintic5_over_torch']:.2f}")
     d = res["drift"]
     print(f"drift after {d['steps']} steps: max |WᵀW − I| = {d['max_error']:.3g}")
+    for r in res["stiefel"]:
+        square = f", OrthogonalMuon {r['orthogonal_muon_over_muon']:.2f}" if "orthogonal_muon_over_muon" in r else ""
+        eigh = f", Stiefel(route='eigh') {r['manifold_muon_stiefel_eigh_over_muon']:.2f}" if r["m"] != r["n"] else ""
+        print(f"stiefel {r['count']} x {r['m']}x{r['n']}: Muon {r['muon_s']:.4f} s; ratios: ManifoldMuon(Stiefel) "
+              f"{r['manifold_muon_stiefel_over_muon']:.2f}{eigh}{square}; host syncs {r['host_syncs_per_step']}, "
+              f"defect {r['defect']:.1e}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,32 +1,36 @@
-"""A network with rectangular orthonormal layers on the digits: Muon on the Stiefel manifold against three baselines.
+"""Networks with rectangular orthonormal layers on two real tasks: Muon on the Stiefel manifold, exact against
+fast, against three baselines.
 
-``python -m svmuon.experiments stiefel-digits [--epochs 30] [--seeds 0 1 2] [--output PATH]`` trains, on the
-8x8 digits of scikit-learn (alpaydin1998digits, pedregosa2011scikit; 64 pixels in [0, 1], split 60/20/20
-stratified),
+``python -m svmuon.experiments stiefel-digits [--tasks digits text] [--epochs N] [--seeds 0 1 2] [--smoke]
+[--output PATH]`` trains the network of :mod:`svmuon.experiments.stiefel_tasks` (two hidden matrices, one tall
+and one wide, kept on their Stiefel manifolds; biases, output layer and embedding by Adam at lr 3e-3) on
 
-    h₁ = relu(W₁x + b₁),  h₂ = relu(W₂h₁ + b₂),  logits = Vh₂ + c,
+* ``digits``: scikit-learn's 8×8 digits, sizes 64 → 128 → 32 → 10, minibatches of 64, 30 epochs;
+* ``text``: next-character prediction on the Python standard library's sources (the fixed-entropy text task),
+  sizes 64 → 256 → 64 → 97 with an embedding, minibatches of 128, 10 epochs of 60 minibatches;
 
-with ``W₁`` of shape 128×64 (tall: orthonormal columns, an isometric embedding) and ``W₂`` of shape 32×128
-(wide: orthonormal rows, an orthogonal projection onto 32 directions), both kept on their Stiefel manifolds,
-while ``b₁, b₂, V, c`` are trained by Adam at lr 3e-3 in every run. The constrained pair is trained by
+with the constrained pair trained by ``stiefel_muon`` (``ManifoldMuon(Stiefel())``, the completion solver),
+``stiefel_muon_exact`` (``Stiefel(solver="newton")``, the exact direction), ``stiefel_muon_rank`` (Newton with
+``rank_rtol=1e-2``), ``stiefel_muon_amortized`` (the dual step carried over from one training step to the next,
+su2025dual: ``Stiefel(solver="dual_ascent", max_iter=1)``), all with momentum 0.9; geoopt's RiemannianSGD
+(momentum 0.9) and RiemannianAdam on ``geoopt.Stiefel``; torch's orthogonal parametrization with Adam; and
+unconstrained Adam (the reference without the constraint).
 
-* ``stiefel_muon``: ``svmuon.ManifoldMuon(manifold=svmuon.Stiefel())`` (Newton solver, momentum 0.9; the
-  wide ``W₂`` handled transposed);
-* ``stiefel_muon_rank``: the same with ``Stiefel(rank_rtol=1e-2)``: singular values of the update below 1 % of
-  the largest count as zero (the trade-off the chapter measures on the first gradient);
-* ``geoopt_rsgd`` / ``geoopt_radam``: geoopt's RiemannianSGD (momentum 0.9) / RiemannianAdam on
-  ``geoopt.Stiefel`` (kochurov2020geoopt, becigneul2019riemannian), ``W₂`` stored transposed (geoopt
-  needs tall points);
-* ``param_orthogonal``: ``torch.nn.utils.parametrizations.orthogonal`` (rectangular: orthonormal columns or
-  rows) with Adam (lezcano2019cheap, paszke2019pytorch);
-* ``adam``: unconstrained Adam on the same matrices (they only start orthonormal): the reference without
-  the constraint.
+Each method's learning rate is picked from a 3-point grid with seed 0 (digits: by final validation accuracy;
+text: by final validation loss), then rerun for every seed. Per epoch: training loss (nats), validation and test
+loss and accuracy, the largest ``‖WᵀW - I‖_max`` of the pair, and the cumulative training time: ``wall_s`` and
+``thread_s`` (wall-clock and this thread's CPU time of the training loop, evaluation excluded) and
+``optimizer_s`` / ``optimizer_thread_s`` (the same for the constrained pair's ``step()`` alone), so that loss can
+be plotted against time; for the Stiefel methods the mean solver iterations, the completion's certificate
+``gap`` and the amortized solver's tangent residual. Single thread. Results:
+``experiments/results/stiefel-digits.json`` (both tasks; written after each task).
 
-Each method's learning rate for the constrained pair is picked from a 3-point grid by validation accuracy
-(seed 0) and rerun for every seed. Per epoch: training loss, validation and test accuracy, the largest
-``‖WᵀW - I‖_max`` of the two matrices (rows for ``W₂``); per run: wall-clock seconds, and the mean time of
-one step of the constrained pair's optimizer (single thread, on a machine that may be shared).
-Results: ``experiments/results/stiefel-digits.json``.
+Duration (single thread): a pilot of one run per method (lr the middle of its grid; digits 30 epochs, text 100 steps)
+took 637 s of thread CPU time on the digits (``stiefel_muon_exact`` 530 s of it: Newton's iterations rise to its cap
+late in training, on rank-deficient gradients; ``stiefel_muon`` 9 s) and 32 s per 100 text steps, on a shared 2-core
+machine whose thread times ran about 4 times the quiet machine's wall times of the unchanged methods (recorded
+``stiefel-digits`` runs: geoopt, Adam, the parametrization). Five runs per method (a grid of 3, then seeds 1 and 2):
+about 13 minutes for the digits and 4 for the text on a quiet machine, 2-3 times that where the machine is shared.
 """
 
 from __future__ import annotations
@@ -34,174 +38,178 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
 
 import torch
 
 from svmuon._cli import describe, output_file, positive_int, refuse_repeats
 from svmuon._cli import seed as seed_arg
-from svmuon.experiments.runs import accuracy, check_output, default_output, environment, load_digits, save
-from svmuon.experiments.runs import train_epoch, tune_then_seeds
+from svmuon.experiments.runs import check_output, default_output, environment, evaluate, save, train_epoch
+from svmuon.experiments.runs import tune_then_seeds
+from svmuon.experiments.stiefel_tasks import GRIDS, OTHER_LR, STIEFEL_SOLVERS, TASKS, StiefelMLP, build
+from svmuon.experiments.stiefel_tasks import epoch_batches, load_task
+
+__all__ = ["NAME", "GRIDS", "TASKS", "SMOKE", "StiefelMLP", "load_digits", "load_digits_split", "train", "main"]
 
 NAME = "stiefel-digits"
-SIZES = (64, 128, 32, 10)
-GRIDS = {
-    "stiefel_muon": [0.02, 0.05, 0.1],
-    "stiefel_muon_rank": [0.02, 0.05, 0.1],
-    "geoopt_rsgd": [0.03, 0.1, 0.3],
-    "geoopt_radam": [1e-3, 3e-3, 1e-2],
-    "param_orthogonal": [1e-3, 3e-3, 1e-2],
-    "adam": [1e-3, 3e-3, 1e-2],
-}
-OTHER_LR = 3e-3
+SIZES = TASKS["digits"]["sizes"]
+SMOKE = dict(epochs=1, steps_per_epoch=4, chars=20_000, seeds=[0], grid=1)  # the --smoke settings
+
+
+def load_digits() -> dict[str, Any]:
+    """The digits task's data (:func:`svmuon.experiments.stiefel_tasks.load_task`)."""
+    return load_task("digits")
 
 
 load_digits_split = load_digits  # the name the Stiefel chapter imports
 
 
-def _orthonormal(rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
-    """A random matrix with orthonormal columns (tall) or rows (wide).
+class _Timed:
+    """An optimizer seen by :func:`~svmuon.experiments.runs.train_epoch` whose ``step()`` is timed by both clocks."""
 
-    Drawn in float32, not with ``Stiefel().random`` (which draws in float64): the recorded
-    ``stiefel-digits.json`` was trained from these points."""
-    tall = rows >= cols
-    Q, R = torch.linalg.qr(torch.randn(max(rows, cols), min(rows, cols), generator=gen))
-    Q = Q * torch.sign(torch.diagonal(R))
-    return Q if tall else Q.T.contiguous()
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer, self.wall, self.thread, self.steps = optimizer, 0.0, 0.0, []
 
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad()
 
-class StiefelMLP(torch.nn.Module):
-    """``relu(W₁x + b₁) -> relu(W₂h₁ + b₂) -> Vh₂ + c`` with ``W₁`` 128×64 (tall) and ``W₂`` 32×128 (wide)."""
-
-    def __init__(self, seed: int) -> None:
-        super().__init__()
-        d, h1, h2, k = SIZES
-        gen = torch.Generator().manual_seed(seed)
-        self.W1 = torch.nn.Parameter(_orthonormal(h1, d, gen))
-        self.W2 = torch.nn.Parameter(_orthonormal(h2, h1, gen))
-        self.b1 = torch.nn.Parameter(torch.zeros(h1))
-        self.b2 = torch.nn.Parameter(torch.zeros(h2))
-        self.out = torch.nn.Linear(h2, k)
-        torch.nn.init.normal_(self.out.weight, std=h2**-0.5, generator=gen)
-        torch.nn.init.zeros_(self.out.bias)
-
-    def weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.W1, self.W2
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        W1, W2 = self.weights()
-        h = torch.relu(x @ W1.T + self.b1)
-        h = torch.relu(h @ W2.T + self.b2)
-        return self.out(h)
+    def step(self) -> None:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        self.optimizer.step()
+        wall = time.perf_counter() - t0
+        self.wall, self.thread = self.wall + wall, self.thread + time.thread_time() - c0
+        self.steps.append(wall)
 
 
-def _build(method: str, lr: float, seed: int):
-    """``(model, optimizer of the constrained pair, optimizer of the rest)``."""
-    import geoopt
+def _solver_info(opt: torch.optim.Optimizer, params: tuple[torch.Tensor, ...], store: dict[str, list]) -> None:
+    """Append the Stiefel solver's per-step diagnostics of the pair (iterations, certificate, residual)."""
+    for p in params:
+        info = opt.state[p]["info"]
+        for key in ("iterations", "gap", "residual"):
+            if key in info:
+                store.setdefault(key, []).append(float(info[key]))
 
-    from svmuon.optim.manifold_muon import ManifoldMuon
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _epoch_record(log: dict[str, list], model: StiefelMLP, data: dict, total: float, count: int) -> None:
     from svmuon.orthogonal.stiefel import Stiefel
 
-    model = StiefelMLP(seed)
-    rest = [model.b1, model.b2, *model.out.parameters()]
-    W1, W2 = model.W1.detach().clone(), model.W2.detach().clone()
-    if method == "param_orthogonal":
-        lin1 = torch.nn.Linear(SIZES[0], SIZES[1], bias=False)  # weight (128, 64), like W₁
-        lin2 = torch.nn.Linear(SIZES[1], SIZES[2], bias=False)  # weight (32, 128), like W₂
-        for lin, W0 in ((lin1, W1), (lin2, W2)):
-            torch.nn.utils.parametrizations.orthogonal(lin)
-            with torch.no_grad():
-                lin.weight = W0  # the parametrization finds a pre-image of W0
-        del model.W1, model.W2
-        model.lin1, model.lin2 = lin1, lin2
-        model.weights = lambda: (model.lin1.weight, model.lin2.weight)  # type: ignore[method-assign]
-        params = list(lin1.parameters()) + list(lin2.parameters())
-        return model, torch.optim.Adam(params, lr=lr), torch.optim.Adam(rest, lr=OTHER_LR)
-    if method.startswith("geoopt"):
-        del model.W1, model.W2
-        model.G1 = geoopt.ManifoldParameter(W1, manifold=geoopt.Stiefel())
-        model.G2 = geoopt.ManifoldParameter(W2.T.contiguous(), manifold=geoopt.Stiefel())  # stored tall
-        model.weights = lambda: (model.G1, model.G2.T)  # type: ignore[method-assign]
-        params = [model.G1, model.G2]
-        opt = geoopt.optim.RiemannianSGD(params, lr=lr, momentum=0.9) if method == "geoopt_rsgd" else \
-            geoopt.optim.RiemannianAdam(params, lr=lr)
-        return model, opt, torch.optim.Adam(rest, lr=OTHER_LR)
-    if method.startswith("stiefel_muon"):
-        manifold = Stiefel(rank_rtol=1e-2) if method == "stiefel_muon_rank" else Stiefel()
-        opt = ManifoldMuon([model.W1, model.W2], lr=lr, momentum=0.9, manifold=manifold)
-        return model, opt, torch.optim.Adam(rest, lr=OTHER_LR)
-    if method == "adam":
-        return model, torch.optim.Adam([model.W1, model.W2], lr=lr), torch.optim.Adam(rest, lr=OTHER_LR)
-    raise ValueError(f"unknown method {method!r}")
-
-
-def _orth_error(model: StiefelMLP) -> float:
-    from svmuon.orthogonal.stiefel import Stiefel
-
+    log["loss"].append(total / count)
+    for split in ("val", "test"):
+        loss, acc = evaluate(model, *data[split])
+        log[f"{split}_loss"].append(loss)
+        log[f"{split}_acc"].append(acc)
     with torch.no_grad():
-        return max(float(Stiefel().defect(W.detach().double())) for W in model.weights())
+        log["orth_error"].append(max(float(Stiefel().defect(W.detach().double())) for W in model.weights()))
 
 
-def train(method: str, lr: float, seed: int, data: dict, epochs: int, batch_size: int = 64) -> dict:
-    """One run: per-epoch loss, accuracies and orthogonality error; seconds; mean constrained-step time."""
+def train(method: str, lr: float, seed: int, data: dict, epochs: int, *, task: str = "digits",
+          steps_per_epoch: int | None = None) -> dict[str, Any]:
+    """One run of ``method`` at learning rate ``lr`` on ``task`` (``data`` from ``load_task(task)``): the per-epoch
+    record of the module docstring, the step times and the Stiefel solver's diagnostics."""
+    config = TASKS[task]
     torch.manual_seed(seed)
-    model, opt_w, opt_rest = _build(method, lr, seed)
+    model = StiefelMLP(seed, config["sizes"], config.get("embed", 0))
+    opt_w, opt_rest = build(method, model, lr)
+    timed = _Timed(opt_w)
     X, y = data["train"]
     gen = torch.Generator().manual_seed(seed + 1000)
-    log = {"loss": [], "val_acc": [], "test_acc": [], "orth_error": []}
-    seconds, step_times, iterations = 0.0, [], []
-
-    def after_step(_: float) -> None:
-        if method.startswith("stiefel_muon"):
-            iterations.extend(float(opt_w.state[p]["info"]["iterations"]) for p in (model.W1, model.W2))
-
+    keys = ("loss", "val_loss", "val_acc", "test_loss", "test_acc", "orth_error", "wall_s", "thread_s",
+            "optimizer_s", "optimizer_thread_s", "iterations", "gap", "residual")
+    log: dict[str, list] = {k: [] for k in keys}
+    wall = thread = 0.0
     for _ in range(epochs):
-        perm = torch.randperm(len(y), generator=gen)
-        t0 = time.perf_counter()
-        total = train_epoch(model, [opt_w, opt_rest], X, y, perm.split(batch_size), after_step=after_step,
-                            step_times=step_times)
-        seconds += time.perf_counter() - t0
-        log["loss"].append(total / len(y))
-        log["val_acc"].append(accuracy(model, *data["val"]))
-        log["test_acc"].append(accuracy(model, *data["test"]))
-        log["orth_error"].append(_orth_error(model))
-    out = {"method": method, "lr": lr, "seed": seed, "seconds": seconds,
-           "step_ms_median": 1e3 * statistics.median(step_times), "step_ms_min": 1e3 * min(step_times), **log}
-    if iterations:
-        out["newton_iterations_mean"] = statistics.mean(iterations)
-    return out
+        batches = epoch_batches(config, len(y), gen, steps_per_epoch)
+        diag: dict[str, list] = {}
+        after = (lambda _: _solver_info(opt_w, model.weights(), diag)) if method in STIEFEL_SOLVERS else None
+        t0, c0 = time.perf_counter(), time.thread_time()
+        total = train_epoch(model, [timed, opt_rest], X, y, batches, after_step=after)
+        wall, thread = wall + time.perf_counter() - t0, thread + time.thread_time() - c0
+        _epoch_record(log, model, data, total, sum(len(b) for b in batches))
+        log["wall_s"].append(wall)
+        log["thread_s"].append(thread)
+        log["optimizer_s"].append(timed.wall)
+        log["optimizer_thread_s"].append(timed.thread)
+        for key in ("iterations", "gap", "residual"):
+            log[key].append(_mean(diag.get(key, [])))
+    for key in ("iterations", "gap", "residual"):
+        if all(v is None for v in log[key]):
+            del log[key]
+    return {"task": task, "method": method, "lr": lr, "seed": seed, "seconds": wall,
+            "step_ms_median": 1e3 * statistics.median(timed.steps), "step_ms_min": 1e3 * min(timed.steps), **log}
+
+
+def _run_task(task: str, args: argparse.Namespace, smoke: dict | None) -> tuple[list, list, dict]:
+    """Tune then seeds for every method on one task; returns ``(tuning rows, final runs, task record)``."""
+    data = load_task(task, smoke["chars"] if smoke else None)
+    config = TASKS[task]
+    epochs = args.epochs or (smoke["epochs"] if smoke else config["epochs"])
+    steps = smoke["steps_per_epoch"] if smoke else None
+    minimize = task == "text"
+    score = (lambda r: r["val_loss"][-1]) if minimize else (lambda r: r["val_acc"][-1])
+    tuning, final = [], []
+    for method in args.methods:
+        grid = GRIDS[method][1:1 + smoke["grid"]] if smoke else GRIDS[method]
+        run = lambda lr, seed, m=method: train(m, lr, seed, data, epochs, task=task, steps_per_epoch=steps)  # noqa: E731
+        _, runs, finals = tune_then_seeds(grid, run, args.seeds, score=score, minimize=minimize)
+        tuning += [{k: r[k] for k in ("task", "method", "lr", "seed", "seconds")}
+                   | {"val_acc": r["val_acc"][-1], "val_loss": r["val_loss"][-1]} for r in runs]
+        for r in finals:
+            final.append(r)
+            print(f"{task:6s} {method:22s} lr={r['lr']:<6g} seed={r['seed']} test loss {r['test_loss'][-1]:.3f} acc "
+                  f"{r['test_acc'][-1]:.3f} train {r['loss'][-1]:.3f} orth {r['orth_error'][-1]:.1e} step "
+                  f"{r['step_ms_median']:.2f} ms {r['seconds']:.1f} s", flush=True)
+    record = {**config, "epochs": epochs, "steps_per_epoch": steps or config["steps_per_epoch"],
+              "score": "val_loss (min)" if minimize else "val_acc (max)", "data": data["info"]}
+    return tuning, final, record
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m svmuon.experiments stiefel-digits", description=describe(__doc__))
-    parser.add_argument("--epochs", type=positive_int, default=30, help="training epochs per run (default 30)")
-    parser.add_argument("--seeds", type=seed_arg, nargs="+", default=[0, 1, 2],
-                        help="seeds, one run per seed and method")
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS), help="tasks (default: both)")
+    parser.add_argument("--epochs", type=positive_int, default=None,
+                        help="training epochs per run (default: the task's, 30 digits and 10 text)")
+    parser.add_argument("--seeds", type=seed_arg, nargs="+", default=None,
+                        help="seeds, one run per seed and method (default 0 1 2)")
     parser.add_argument("--methods", nargs="+", default=list(GRIDS), choices=list(GRIDS),
                         help="optimizers to compare (default: all)")
+    parser.add_argument("--smoke", action="store_true",
+                        help=f"a test of the command: {SMOKE} (one rate per method, tiny epochs), seconds")
     parser.add_argument("--output", type=output_file, default=None,
                         help=f"JSON path (default: experiments/results/{NAME}.json of the book's repository when run "
-                             "inside it, else under the working directory)")
+                             "inside it, else under the working directory; --smoke: the temporary folder)")
     parser.add_argument("--note", default="", help="what the JSON should say about the machine while it ran")
     args = parser.parse_args(argv)
-    refuse_repeats(parser, seeds=args.seeds, methods=args.methods)
-    out = args.output or check_output(parser, default_output("experiments", f"{NAME}.json"))
+    smoke = SMOKE if args.smoke else None
+    args.seeds = args.seeds if args.seeds is not None else (smoke["seeds"] if smoke else [0, 1, 2])
+    refuse_repeats(parser, seeds=args.seeds, methods=args.methods, tasks=args.tasks)
+    out = args.output or check_output(parser, _default_path(smoke))
     torch.set_num_threads(1)
-    data = load_digits()
-    tuning, final = [], []
-    for method in args.methods:
-        run = lambda lr, seed, m=method: train(m, lr, seed, data, args.epochs)  # noqa: E731
-        _, runs, finals = tune_then_seeds(GRIDS[method], run, args.seeds, score=lambda r: r["val_acc"][-1])
-        tuning += [{k: r[k] for k in ("method", "lr", "seed", "seconds")} | {"val_acc": r["val_acc"][-1]} for r in runs]
-        for seed, r in zip(args.seeds, finals):
-            final.append(r)
-            print(f"{method:17s} lr={r['lr']:<6g} seed={seed} test acc {r['test_acc'][-1]:.3f} loss {r['loss'][-1]:.3f} "
-                  f"orth {r['orth_error'][-1]:.1e} step {r['step_ms_median']:.2f} ms {r['seconds']:.1f} s", flush=True)
-    save(out, {"experiment": NAME, "sizes": SIZES, "epochs": args.epochs, "other_lr": OTHER_LR, "grids": GRIDS,
-               "tuning": tuning, "runs": final,
-               "note": " ".join(filter(None, [args.note, "step times are single-thread medians"])),
-               "environment": environment(torch_threads=1)})
+    doc: dict[str, Any] = {"experiment": NAME, "tasks": {}, "other_lr": OTHER_LR, "grids": GRIDS,
+                           "solvers": STIEFEL_SOLVERS, "smoke": bool(smoke), "tuning": [], "runs": [],
+                           "note": " ".join(filter(None, [args.note, "single thread; times of the training loop, "
+                                                                    "evaluation excluded"]))}
+    for task in args.tasks:
+        tuning, final, record = _run_task(task, args, smoke)
+        doc["tasks"][task] = record
+        doc["tuning"] += tuning
+        doc["runs"] += final
+        doc["environment"] = environment(torch_threads=1)
+        save(out, doc)  # after each task: a later failure keeps the finished one
     print("wrote", out)
     return 0
+
+
+def _default_path(smoke: dict | None):
+    if smoke is None:
+        return default_output("experiments", f"{NAME}.json")
+    import tempfile
+    from pathlib import Path
+
+    return Path(tempfile.gettempdir()) / "svmuon-smoke" / f"{NAME}-smoke.json"
 
 
 if __name__ == "__main__":  # pragma: no cover

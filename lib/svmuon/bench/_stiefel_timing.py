@@ -1,0 +1,226 @@
+"""Timings of the Stiefel benchmark: optimizer steps replayed on recorded gradients, and solvers on Gaussian shapes.
+
+**Step ratio on a real workload** (:func:`step_ratio`). Every optimizer of :data:`OPTIMIZERS` starts from the
+recorded start of the hidden pair and steps on the recorded gradients, one after the other in the same round
+(the order rotates from round to round), single thread. Each step is timed by the wall clock
+(``time.perf_counter``) and by the thread's CPU time (``time.thread_time``: what the step itself consumed, which
+other jobs on a shared machine do not inflate as much). Over the timed rounds, for each optimizer and clock:
+
+* ``ratio_of_medians`` = median of its step times / median of the baseline's (``svmuon.Muon``) step times;
+* ``ratio_of_minima`` = fastest of its step times / fastest of the baseline's.
+
+Host reads per step are counted as the tests count them (:func:`svmuon.bench._common.host_syncs`) on a few more
+rounds, untimed.
+
+**Solver costs on Gaussian shapes** (:func:`solver_rows`): random ``W`` on St(m, n), ``U = U₀ + N`` (Gaussian),
+every solver to tangent accuracy ``tol`` in float64, cold (from the orthogonal group's multiplier) and warm (one
+optimizer step later, from the previous reduced multiplier, as the optimizer warm-starts). The unit is the
+**msign-equivalent**: the time of one Polar Express msign (10 Newton–Schulz steps, the accurate msign the
+msign-based solvers need) of the same matrix, timed in the same rounds (one solve, one msign, per round);
+``msign_equivalents`` has ``ratio_of_medians`` and ``ratio_of_minima`` over the rounds as defined above.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+from svmuon.bench._common import host_syncs
+
+__all__ = ["OPTIMIZERS", "BASELINE", "SOLVERS", "step_ratio", "solver_rows", "summarize"]
+
+BASELINE = "muon"
+OPTIMIZERS = ("muon", "stiefel", "stiefel_matmul", "stiefel_newton", "stiefel_amortized", "geoopt_rsgd")
+#: the Stiefel options of each ManifoldMuon replayed: the default (completion; on the CPU its route is "eigh"), the
+#: completion by matrix products only (the default route on an accelerator), Newton, the amortized dual ascent
+STIEFEL = {"stiefel": {}, "stiefel_matmul": {"route": "newton_schulz"}, "stiefel_newton": {"solver": "newton"},
+           "stiefel_amortized": {"solver": "dual_ascent", "max_iter": 1}}
+GEOOPT_LR = 0.1  # the middle of the geoopt_rsgd grid (svmuon.experiments.stiefel_tasks.GRIDS)
+SOLVERS = ("completion", "newton", "fixed_point_reduced", "fixed_point", "dual_ascent")
+MAX_ITER = {"completion": 0, "newton": 50, "fixed_point_reduced": 200, "fixed_point": 50, "dual_ascent": 100}
+
+
+class _Replay:
+    """One optimizer on its own copy of the recorded start, fed the recorded gradients."""
+
+    def __init__(self, name: str, start: tuple[torch.Tensor, torch.Tensor], lr: float) -> None:
+        self.name, self.transposed = name, (False, False)
+        if name == "geoopt_rsgd":
+            import geoopt
+
+            self.transposed = (False, True)  # geoopt needs tall points: the wide matrix is stored transposed
+            self.params = [geoopt.ManifoldParameter(W.T.contiguous() if t else W.clone(), manifold=geoopt.Stiefel())
+                           for W, t in zip(start, self.transposed)]
+            self.opt = geoopt.optim.RiemannianSGD(self.params, lr=GEOOPT_LR, momentum=0.9)
+            return
+        self.params = [torch.nn.Parameter(W.clone()) for W in start]
+        if name == BASELINE:
+            from svmuon.optim.muon import Muon
+
+            self.opt = Muon(self.params, lr=lr, momentum=0.9, weight_decay=0.0)
+        else:
+            from svmuon.optim.manifold_muon import ManifoldMuon
+            from svmuon.orthogonal.stiefel import Stiefel
+
+            self.opt = ManifoldMuon(self.params, lr=lr, momentum=0.9, manifold=Stiefel(**STIEFEL[name]))
+
+    def load(self, grads: tuple[torch.Tensor, torch.Tensor]) -> None:
+        for p, g, t in zip(self.params, grads, self.transposed):
+            p.grad = g.T.contiguous() if t else g.clone()
+
+    def iterations(self) -> list[float]:
+        """The solver iterations of the last step (ManifoldMuon's diagnostics), one per matrix."""
+        if self.name not in STIEFEL:
+            return []
+        return [float(self.opt.state[p]["info"]["iterations"]) for p in self.params]
+
+    def defect(self) -> float:
+        from svmuon.orthogonal.stiefel import Stiefel
+
+        if self.name == BASELINE:
+            return float("nan")  # Muon does not keep the constraint
+        return max(float(Stiefel().defect(p.detach().T if t else p.detach()))
+                   for p, t in zip(self.params, self.transposed))
+
+
+def _rounds(grads: list, warmup: int, sync_rounds: int) -> tuple[list, list, list]:
+    """Split a stream into warm-up, timed and sync-count rounds (the last ones reuse the end of the stream)."""
+    timed_end = max(warmup, len(grads) - sync_rounds)
+    sync = grads[timed_end:] or grads[-1:]
+    return grads[:warmup], grads[warmup:timed_end], (sync * sync_rounds)[:sync_rounds]
+
+
+def step_ratio(workload: Any, names: tuple[str, ...] = OPTIMIZERS, *, warmup: int = 20,
+               sync_rounds: int = 3) -> dict[str, Any]:
+    """Replay ``workload`` (a recorded :class:`~svmuon.bench._workloads.Workload`) with every optimizer of ``names``
+    (the baseline first) and time each step (module docstring)."""
+    runs = {name: _Replay(name, workload.start, workload.lr) for name in names}
+    first, timed, sync = _rounds(workload.grads, warmup, sync_rounds)
+    if not timed:
+        raise ValueError(f"no timed rounds: {len(workload.grads)} recorded steps, {warmup} warm-up and {sync_rounds} "
+                         "sync-count rounds")
+    for grads in first:
+        for run in runs.values():
+            run.load(grads)
+            run.opt.step()
+    wall: dict[str, list[float]] = {n: [] for n in names}
+    thread: dict[str, list[float]] = {n: [] for n in names}
+    iterations: dict[str, list[float]] = {n: [] for n in names}
+    for k, grads in enumerate(timed):
+        order = names[k % len(names):] + names[:k % len(names)]
+        for name in order:
+            run = runs[name]
+            run.load(grads)
+            t0, c0 = time.perf_counter(), time.thread_time()
+            run.opt.step()
+            thread[name].append(time.thread_time() - c0)
+            wall[name].append(time.perf_counter() - t0)
+            iterations[name] += run.iterations()
+    syncs = {n: [] for n in names}
+    for grads in sync:
+        for name, run in runs.items():
+            run.load(grads)
+            with host_syncs() as calls:
+                run.opt.step()
+            syncs[name].append(len(calls))
+    return {"baseline": BASELINE, "warmup_rounds": len(first), "timed_rounds": len(timed),
+            "optimizers": {n: _row(n, wall, thread, iterations[n], syncs[n], runs[n].defect()) for n in names}}
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values)}
+
+
+def _ratios(mine: list[float], base: list[float]) -> dict[str, float]:
+    return {"ratio_of_medians": statistics.median(mine) / statistics.median(base),
+            "ratio_of_minima": min(mine) / min(base)}
+
+
+def _row(name: str, wall: dict, thread: dict, iterations: list[float], syncs: list[int], defect: float) -> dict:
+    row = {"wall_s": _stats(wall[name]), "thread_s": _stats(thread[name]),
+           "ratio": {"wall": _ratios(wall[name], wall[BASELINE]), "thread": _ratios(thread[name], thread[BASELINE])},
+           "host_syncs_per_step": {"mean": statistics.fmean(syncs), "max": max(syncs)},
+           "defect_end": defect, "times": {"wall_s": wall[name], "thread_s": thread[name]}}
+    if iterations:
+        row["solver_iterations"] = {"mean": statistics.fmean(iterations), "max": max(iterations)}
+    return row
+
+
+# -- solver costs on Gaussian shapes -----------------------------------------------------------------------------
+def _point(m: int, n: int, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    Q, R = torch.linalg.qr(torch.randn(m, n, generator=gen, dtype=torch.float64))
+    return (Q * torch.sign(torch.diagonal(R))).to(dtype)
+
+
+def _solve(W: torch.Tensor, U: torch.Tensor, solver: str, **kwargs: Any):  # noqa: ANN202
+    """The unchecked dispatcher (what the optimizer calls), so that input checks are not timed."""
+    from svmuon.orthogonal.stiefel.dispatch import solve
+    from svmuon.orthogonal.stiefel.options import StiefelOptions
+
+    return solve(W, U, StiefelOptions(solver=solver, max_iter=MAX_ITER[solver]), **kwargs)
+
+
+def _problems(m: int, n: int, seed: int) -> dict[str, tuple]:
+    """The cold problem (W, U) and the warm one (W', U', Y0 from the cold solution), float64."""
+    gen = torch.Generator().manual_seed(seed)
+    W = _point(m, n, gen, torch.float64)
+    U0 = torch.randn(m, n, generator=gen, dtype=torch.float64)
+    U = U0 + torch.randn(m, n, generator=gen, dtype=torch.float64)
+    sol = _solve(W, U, "newton", tol=1e-10)
+    A, _, Bh = torch.linalg.svd(W - 0.02 * sol.Phi, full_matrices=False)
+    U2 = 0.95 * U + 0.05 * (U0 + torch.randn(m, n, generator=gen, dtype=torch.float64))
+    Y0 = sol.Y * (torch.linalg.matrix_norm(U2) / torch.linalg.matrix_norm(U))  # the optimizer's warm start
+    return {"cold": (W, U, None), "warm": (A @ Bh, U2, Y0)}
+
+
+def _interleaved(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for key, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[key].append(time.perf_counter() - t0)
+    return times
+
+
+def solver_rows(shape: tuple[int, int], tol: float, repeats: int, seed: int) -> list[dict[str, Any]]:
+    """Every solver of :data:`SOLVERS`, cold and warm, at one Gaussian shape (module docstring)."""
+    from svmuon.orthogonal.msign import Orthogonalizer
+
+    pe = Orthogonalizer("newton_schulz", ns_coefficients="polar_express", ns_steps=10)
+    kj = Orthogonalizer("newton_schulz", ns_coefficients="keller_jordan", ns_steps=5)
+    rows = []
+    for start, (W, U, Y0) in _problems(*shape, seed).items():
+        for solver in SOLVERS:
+            run = lambda: _solve(W, U, solver, tol=tol, Y0=Y0, orthogonalize=pe)  # noqa: E731
+            out = run()  # warm-up, and the solution reported
+            times = _interleaved({"solve": run, "msign": lambda: pe(U), "msign_kj5": lambda: kj(U)}, repeats)
+            trace: list = []
+            _solve(W, U, solver, tol=tol, Y0=Y0, orthogonalize=pe, trace=trace)
+            unit = statistics.median(times["msign"])
+            rows.append({
+                "shape": list(shape), "dtype": "float64", "solver": solver, "start": start, "tol": tol,
+                "seconds": _stats(times["solve"]), "msign_seconds": _stats(times["msign"]),
+                "msign_kj5_seconds": _stats(times["msign_kj5"]),
+                "msign_equivalents": _ratios(times["solve"], times["msign"]),
+                "iterations": out.iterations, "residual": float(out.residual.max()), "converged": bool(out.converged),
+                "msign_calls": out.msign_calls, "factorizations": out.factorizations, "cg_products": out.cg_iterations,
+                "history": [{"msign_equivalents": h["seconds"] / unit, "residual": h["residual"]} for h in trace],
+            })
+    return rows
+
+
+def summarize(ratio: dict[str, Any]) -> list[str]:
+    """Readable lines of one workload's :func:`step_ratio` result."""
+    lines = []
+    for name, row in ratio["optimizers"].items():
+        r = row["ratio"]
+        its = row.get("solver_iterations")
+        lines.append(f"  {name:18s} thread {1e3 * row['thread_s']['median']:7.2f} ms (ratio of medians "
+                     f"{r['thread']['ratio_of_medians']:6.2f}, of minima {r['thread']['ratio_of_minima']:6.2f})  wall "
+                     f"ratio of medians {r['wall']['ratio_of_medians']:6.2f}  host syncs/step "
+                     f"{row['host_syncs_per_step']['mean']:.1f}" + (f"  iterations {its['mean']:.1f}" if its else ""))
+    return lines
