@@ -1,0 +1,114 @@
+"""What a reader of every chapter can count on, checked on the sources (fast: no execution).
+
+* Code fits the code column: no line of a code cell is longer than 80 characters (at 1300 px the column
+  holds about 90 characters of code; a longer line wraps mid-token, even inside a string).
+* Every figure has a name, a numbered caption and alt text, and the prose refers to it by number.
+* The book states results; it does not speak of its own making (issues, sessions, earlier versions).
+* Library source is shown in excerpts: no cell prints a whole function with ``inspect.getsource``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import jupytext
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_COLUMNS = 80
+
+
+def _toc_chapters() -> list[Path]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    stems = [toc["root"]] + [c["file"] for p in toc.get("parts", []) for c in p.get("chapters", [])]
+    return [ROOT / f"{s}.md" for s in stems if (ROOT / f"{s}.md").exists()]
+
+
+CHAPTERS = _toc_chapters()
+IDS = [p.relative_to(ROOT / "chapters").as_posix() for p in CHAPTERS]
+
+
+def _notebook(path: Path):
+    return jupytext.read(path) if "kernelspec" in path.read_text().split("\n---", 1)[0] else None
+
+
+def _code_cells(path: Path):
+    nb = _notebook(path)
+    return [] if nb is None else [c for c in nb.cells if c.cell_type == "code"]
+
+
+def _draws(source: str) -> bool:
+    return any(s in source for s in ("plt.show(", "plt.subplots(", "plt.figure("))
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=IDS)
+def test_code_lines_fit_the_column(path):
+    long = [f"cell {i}: {len(line)} columns: {line.strip()[:60]}"
+            for i, cell in enumerate(_code_cells(path)) for line in cell.source.splitlines()
+            if len(line) > MAX_COLUMNS]
+    assert not long, f"{len(long)} code lines longer than {MAX_COLUMNS} columns:\n" + "\n".join(long)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=IDS)
+def test_every_figure_is_captioned_and_cited(path):
+    text = path.read_text()
+    problems = []
+    for i, cell in enumerate(_code_cells(path)):
+        if not _draws(cell.source):
+            continue
+        meta = cell.metadata.get("mystnb", {})
+        figure, image = meta.get("figure", {}), meta.get("image", {})
+        name, caption, alt = figure.get("name", ""), figure.get("caption", ""), image.get("alt", "")
+        if not name.startswith("fig-"):
+            problems.append(f"cell {i}: no figure name (mystnb.figure.name: fig-...)")
+        if len(caption.split()) < 5:
+            problems.append(f"cell {i}: no caption (mystnb.figure.caption)")
+        # alt text describes what the figure shows, for a reader who cannot see it: a sentence, not a path
+        if len(alt.split()) < 8 or re.search(r"\.(png|svg|jpe?g)\b|/", alt):
+            problems.append(f"cell {i}: no real alt text (mystnb.image.alt)")
+        if name and f"{{numref}}`{name}`" not in text:
+            problems.append(f"cell {i}: the prose never refers to {name} ({{numref}}`{name}`)")
+    assert not problems, "\n".join(problems)
+
+
+# A textbook states results. Phrases that speak of the book's making, each with why it does not belong.
+BANNED = {
+    r"\bissues?\b": "the issue tracker is not part of the book: state the result, or the question it answers",
+    r"\b(the|this|our) project\b|\bproject's\b": "the book, not the project that writes it",
+    r"\b(earlier|previous|older|first) (version|draft|edition)s?\b": "state what holds, not its history",
+    r"(?<!Learning )\bgoals?\b": "a performance number is a measurement; say what it is compared with",
+    r"\bwe set out\b|\bset out to\b": "say what is shown, not what was planned",
+    r"\bsessions?\b": "the book is not a log of work sessions",
+    r"\bre-?recorded\b|\bnow (fixed|correct)\b|\bwas (fixed|wrong)\b": "state the result, not its repair",
+    r"\b(TODO|FIXME|XXX)\b": "unfinished work does not go into a chapter",
+    r"\baudit\b": "the book's checks are its cells and tests; cite them",
+}
+
+
+@pytest.mark.parametrize("path", CHAPTERS + [ROOT / "chapters" / "appendix" / "api.md"], ids=IDS + ["appendix/api.md-"])
+def test_no_words_about_the_making_of_the_book(path):
+    found = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        for pattern, why in BANNED.items():
+            for m in re.finditer(pattern, line, flags=re.IGNORECASE):
+                found.append(f"line {n}: {m.group(0)!r} ({why}): {line.strip()[:80]}")
+    assert not found, "\n".join(found)
+
+
+def test_banned_phrases_are_found():
+    # each pattern fires on the phrasing it is there for, and not on the words it must leave alone
+    hits = ["the goal of the issue was 1.5", "on the issue's instances", "the two targets the project set",
+            "what an earlier version of this table showed", "we set out to confirm", "re-recorded on Monday"]
+    fine = ["Learning goals", "the target entropy h", "project onto the tangent space", "we set x = 1"]
+    match = lambda s: any(re.search(p, s, flags=re.IGNORECASE) for p in BANNED)  # noqa: E731
+    assert all(match(s) for s in hits) and not any(match(s) for s in fine)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=IDS)
+def test_library_source_is_shown_in_excerpts(path):
+    # a cell may show a few lines of a library function (and link the rest); never a whole function body
+    whole = [f"cell {i}" for i, cell in enumerate(_code_cells(path))
+             if re.search(r"print\(\s*(textwrap\.dedent\()?inspect\.getsource\(", cell.source)]
+    assert not whole, f"cells printing a whole function's source: {whole}"
