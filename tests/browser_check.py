@@ -22,8 +22,17 @@ Checks (each problem is one line ``kind: detail``):
 * ``code-scroll``: a code cell (input or text output) that scrolls sideways (``desktop`` only);
 * ``table-scroll``: a table wider than the column, which scrolls inside its box (``desktop`` only);
 * ``split-output`` / ``empty-output``: one cell's stdout shown in several boxes, or an empty output box;
+* ``figure``: a figure of a cell without a numbered caption, or an image without real alt text (none, or its
+  file name);
+* ``table``: a table without room between its columns (cell padding below 3 px), or a table of a cell's
+  output without a caption;
+* ``code-wrap``: a line of a code cell longer than the code column, which wraps mid-token (``desktop``
+  only);
+* ``equation-cue``: a display equation that scrolls inside its box with nothing to show that it does (every
+  width);
 * ``page-scroll``: the page itself scrolls sideways (every width);
-* ``ipynb``: no ``.ipynb`` download link where one is expected, or the file is not an executed notebook.
+* ``ipynb``: no ``.ipynb`` download link where one is expected, the file is not an executed notebook, or a
+  cell of it prints its output twice.
 """
 
 from __future__ import annotations
@@ -183,6 +192,50 @@ _PAGE_CHECKS = r"""
       if (over > 2) out.push(`table-scroll: a table ${Math.round(over)}px wider than the column ${where(t)}`);
     }
   }
+  // figures: a cell's image sits in a numbered figure with a caption; every image has real alt text
+  for (const img of article.querySelectorAll("img")) {
+    const src = img.getAttribute("src") || "", alt = (img.getAttribute("alt") || "").trim();
+    const file = src.split("/").pop();
+    if (alt.split(/\s+/).length < 4 || alt.includes(file) || /\.(png|svg|jpe?g)$/i.test(alt))
+      out.push(`figure: ${file.slice(0, 40)} has no real alt text ("${short(alt).slice(0, 40)}") ${where(img)}`);
+    if (img.closest("div.cell_output")) {
+      const fig = img.closest("figure");
+      const cap = fig && fig.querySelector("figcaption .caption-number");
+      if (!cap) out.push(`figure: ${file.slice(0, 40)} has no numbered caption ${where(img)}`);
+    }
+  }
+  // tables: room between the columns, and a caption on the tables of cell outputs
+  for (const t of article.querySelectorAll("table")) {
+    const cell = t.querySelector("td");
+    if (cell) {
+      const cs = getComputedStyle(cell);
+      const pad = Math.min(parseFloat(cs.paddingLeft), parseFloat(cs.paddingRight));
+      if (pad < 3) out.push(`table: cells padded by ${pad}px, their contents run together ${where(t)}`);
+    }
+    if (t.closest("div.cell_output")) {
+      const cap = t.querySelector("caption");
+      if (!cap || cap.textContent.trim() === "") out.push(`table: a table without a caption ${where(t)}`);
+    }
+  }
+  // code lines longer than the code column: they wrap, mid-token
+  if (desktop) {
+    const canvas = document.createElement("canvas").getContext("2d");
+    for (const pre of article.querySelectorAll("div.cell_input pre")) {
+      const cs = getComputedStyle(pre);
+      canvas.font = `${cs.fontSize} ${cs.fontFamily}`;
+      const room = pre.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+      const longest = pre.textContent.split("\n").reduce((a, b) => (b.length > a.length ? b : a), "");
+      const w = canvas.measureText(longest).width;
+      if (w > room + 1) out.push(`code-wrap: a ${longest.length}-character line wraps in a ${Math.round(room)}px column: "${short(longest).slice(0, 50)}" ${where(pre)}`);
+    }
+  }
+  // a display equation that scrolls shows it: a visible cue (the book's CSS draws edge shadows)
+  for (const box of document.querySelectorAll("div.math")) {
+    if (box.scrollWidth > box.clientWidth + 2 && getComputedStyle(box).backgroundImage === "none") {
+      const num = box.querySelector(".eqno");
+      out.push(`equation-cue: ${num ? num.firstChild.textContent.trim() + " " : ""}scrolls without a scroll cue ${where(box)}`);
+    }
+  }
   // one cell's stdout in several boxes, or empty output boxes
   for (const cell of article.querySelectorAll("div.cell_output")) {
     const streams = [...cell.children].filter((c) => c.matches(".output.stream"));
@@ -308,7 +361,37 @@ def _check_ipynb(context, page_url: str, hrefs: list[str]) -> list[str]:
         code = [c for c in nb["cells"] if c.get("cell_type") == "code"]
         if code and not any(c.get("outputs") for c in code):
             problems.append(f"ipynb: {href} has code cells but no outputs (not executed)")
+        twice = printed_twice(nb)
+        if twice:
+            problems.append(f"ipynb: {href} prints output twice in cells {twice[:8]}")
     return problems
+
+
+def _text(output: dict) -> str:
+    text = output.get("text", "")
+    return "".join(text) if isinstance(text, list) else text
+
+
+def printed_twice(nb: dict) -> list[int]:
+    """Indices of the code cells of ``nb`` whose stream output repeats itself.
+
+    The symptom of a stream merge done in place (myst-nb's ``coalesce_streams``): the first piece of a
+    stream holds every later piece, and the later pieces are kept as well. A cell whose pieces simply repeat
+    a line (``"ok\n"`` twice) is not flagged: only a first piece that is longer than, and ends with, all the
+    later pieces together.
+    """
+    flagged = []
+    for i, cell in enumerate(c for c in nb.get("cells", []) if c.get("cell_type") == "code"):
+        by_name: dict[str, list[str]] = {}
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "stream":
+                by_name.setdefault(o.get("name", "stdout"), []).append(_text(o))
+        for pieces in by_name.values():
+            rest = "".join(p.rstrip() + "\n" for p in pieces[1:] if p.strip())
+            if len(pieces) > 1 and rest and len(pieces[0]) > len(rest) and pieces[0].endswith(rest):
+                flagged.append(i)
+                break
+    return flagged
 
 
 def is_redirect(path: Path) -> bool:
