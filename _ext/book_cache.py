@@ -107,12 +107,17 @@ def _drop_stale(app: Sphinx) -> None:
         return
     cache, inputs_file = _cache(app)
     app._book_inputs_of = _inputs_of(app)
-    for record in stale_records(cache, _load(inputs_file), app._book_inputs_of):
+    recorded = _load(inputs_file)
+    for record in stale_records(cache, recorded, app._book_inputs_of):
         docname = app.env.path2doc(record.uri)
         LOGGER.info(f"[book_cache] inputs changed since {record.uri} was executed: executing it again")
         cache.remove_cache(record.pk)
+        # the notebook executed again has the same code cells, hence the same hash key: forget the old inputs
+        recorded.pop(record.hashkey, None)
         if docname:
             app._book_stale.add(docname)
+    if inputs_file.parent.is_dir():
+        inputs_file.write_text(json.dumps(recorded, indent=1, sort_keys=True))
 
 
 def _outdated(app: Sphinx, env, added, changed, removed) -> list[str]:

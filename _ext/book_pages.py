@@ -19,7 +19,8 @@
 * **Readable API page.** Docstrings name their sources by ``references.bib`` key and the book's equations
   and theorems by label (``eq-msign``, ``thm-skew-msign``), so that they read in ``help()``. On the API page
   those become citations and numbered links (``:cite:p:``, ``:eq:``, ``:prf:ref:``); a label that the book
-  does not define then fails the ``-n`` build instead of showing a bare name.
+  does not define then fails the ``-n`` build instead of showing a bare name. Formulas with TeX-like
+  scripts (``R^{m×n}``, ``Δ^{n-1}``) are typeset as math (``_ext/book_math.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import shutil
 from pathlib import Path
 
 from sphinx.application import Sphinx
+
+from book_math import math_roles  # noqa: E402 - a sibling module of _ext/
 
 _LABEL = re.compile(r"``(?P<lit>(?:eq|thm|lem|def|cor|prop)-[A-Za-z0-9-]+)``|(?<![\w`:-])(?P<bare>(?:eq|thm|lem|def|cor|prop)-[a-z0-9]+(?:-[a-z0-9]+)*)(?![\w`-]|\.\w)")
 
@@ -152,6 +155,7 @@ def link_sources(lines: list[str], bib_keys: set[str]) -> list[str]:
             literal_indent = None
         if line.rstrip().endswith("::"):
             literal_indent = indent
+        line = math_roles(line)
         if keys is not None:
             line = keys.sub(lambda m: f":cite:p:`{m['lit'] or m['bare']}`", line)
 

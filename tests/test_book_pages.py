@@ -37,3 +37,30 @@ def test_kernels_start_with_transport_encryption():
 
     book_pages.encrypt_kernels()
     assert KernelManager().transport_encryption == "auto"
+
+
+# --- formulas as math on the API page (_ext/book_math.py) ---------------------------------------------
+
+import book_math  # noqa: E402
+
+
+def test_braced_scripts_become_math_and_unicode_becomes_tex():
+    assert book_math.to_tex("O(n) = {W ∈ R^{n×n} : WᵀW = I}") == (
+        r"O(n) = \{W \in  \mathbb{R}^{n\times n} : W^{\top}W = I\}")
+    assert book_math.to_tex("(I + η²P)^{-1/2} = I - P + P/√(1+η²)") == (
+        r"(I + \eta ^{2}P)^{-1/2} = I - P + P/\sqrt{1+\eta ^{2}}")
+    assert book_math.to_tex("∇_Y tr(M^{1/2}) = [WᵀΦ]_sym") == (
+        r"\nabla _Y \operatorname{tr}(M^{1/2}) = [W^{\top}\Phi ]_{\mathrm{sym}}")
+    assert book_math.to_tex("C = G⊥ᵀG⊥") == r"C = G^{\perp\top}G^{\perp}"  # one superscript, not two
+
+
+def test_math_roles_in_prose_and_literals_only():
+    assert book_math.math_roles("a point of Δ^{k-1}; see ``W ∈ R^{m×n}``.") == (
+        r"a point of :math:`\Delta ^{k-1}`; see :math:`W \in  \mathbb{R}^{m\times n}`.")
+    # (e^{-t} - e^{-ta}): each script with its base; ta is a product in an exponent
+    assert book_math.math_roles("(e^{-t} - e^{-ta})") == "(:math:`e^{-t}` - :math:`e^{-ta}`)"
+    # a role directly after a letter is separated by an escaped space, which prints nothing
+    assert book_math.math_roles("(log 2 - h)^{-1/2}") == r"(log 2 - h\ :math:`)^{-1/2}`"
+    # no braced script: left alone, as are roles and literals without one
+    for line in ["WᵀW = I and ‖G‖_*", "see :func:`x_{1}` and ``a_b``", "``x_{1`` unbalanced"]:
+        assert book_math.math_roles(line) == line
