@@ -42,14 +42,15 @@ import contextlib
 import fnmatch
 import functools
 import http.server
-import json
 import os
 import shutil
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
+
+from notebook_check import check_ipynb as _check_ipynb, printed_twice  # noqa: F401, E402 - re-exported
 
 DESKTOP, PHONE = 1300, 412  # the widths the book is checked at: a laptop window and a large phone
 MIN_FIGURE_RATIO = 0.8  # a figure shown below 80 % of its natural width has labels too small to read
@@ -338,60 +339,6 @@ class Checker:
         finally:
             context.close()
         return report
-
-
-def _check_ipynb(context, page_url: str, hrefs: list[str]) -> list[str]:
-    """The page links a ``.ipynb`` that downloads as an nbformat-4 notebook with executed outputs."""
-    if not hrefs:
-        return ["ipynb: no .ipynb download link on the page"]
-    problems = []
-    for href in dict.fromkeys(hrefs):
-        response = context.request.get(urljoin(page_url, href))
-        if not response.ok:
-            problems.append(f"ipynb: the download link {href} answers HTTP {response.status}")
-            continue
-        try:
-            nb = json.loads(response.body())
-        except ValueError:
-            problems.append(f"ipynb: {href} is not JSON")
-            continue
-        if nb.get("nbformat") != 4 or not isinstance(nb.get("cells"), list):
-            problems.append(f"ipynb: {href} is not an nbformat-4 notebook")
-            continue
-        code = [c for c in nb["cells"] if c.get("cell_type") == "code"]
-        if code and not any(c.get("outputs") for c in code):
-            problems.append(f"ipynb: {href} has code cells but no outputs (not executed)")
-        twice = printed_twice(nb)
-        if twice:
-            problems.append(f"ipynb: {href} prints output twice in cells {twice[:8]}")
-    return problems
-
-
-def _text(output: dict) -> str:
-    text = output.get("text", "")
-    return "".join(text) if isinstance(text, list) else text
-
-
-def printed_twice(nb: dict) -> list[int]:
-    """Indices of the code cells of ``nb`` whose stream output repeats itself.
-
-    The symptom of a stream merge done in place (myst-nb's ``coalesce_streams``): the first piece of a
-    stream holds every later piece, and the later pieces are kept as well. A cell whose pieces simply repeat
-    a line (``"ok\n"`` twice) is not flagged: only a first piece that is longer than, and ends with, all the
-    later pieces together.
-    """
-    flagged = []
-    for i, cell in enumerate(c for c in nb.get("cells", []) if c.get("cell_type") == "code"):
-        by_name: dict[str, list[str]] = {}
-        for o in cell.get("outputs", []):
-            if o.get("output_type") == "stream":
-                by_name.setdefault(o.get("name", "stdout"), []).append(_text(o))
-        for pieces in by_name.values():
-            rest = "".join(p.rstrip() + "\n" for p in pieces[1:] if p.strip())
-            if len(pieces) > 1 and rest and len(pieces[0]) > len(rest) and pieces[0].endswith(rest):
-                flagged.append(i)
-                break
-    return flagged
 
 
 def is_redirect(path: Path) -> bool:

@@ -64,3 +64,32 @@ def test_math_roles_in_prose_and_literals_only():
     # no braced script: left alone, as are roles and literals without one
     for line in ["WᵀW = I and ‖G‖_*", "see :func:`x_{1}` and ``a_b``", "``x_{1`` unbalanced"]:
         assert book_math.math_roles(line) == line
+
+
+# --- each output once in the downloads; the execution table in words ---------------------------------
+
+
+def test_stream_merge_leaves_the_notebook_outputs_alone():
+    # myst-nb's merge (nb_merge_streams) wrote the merged text into the first piece of the notebook's own
+    # outputs, and the executed notebook kept the later pieces too: every later line printed twice
+    from myst_nb.core import render
+    from myst_nb.core.utils import coalesce_streams
+    from nbformat import v4
+
+    outputs = [v4.new_output("stream", name="stdout", text="q -> 0  : log(3)\n"),
+               v4.new_output("stream", name="stdout", text="q -> oo : log(2)\n")]
+    book_pages._patch_merge_streams()
+    merged = render.coalesce_streams(outputs)
+    assert [o["text"] for o in merged] == ["q -> 0  : log(3)\nq -> oo : log(2)\n"]  # the page: one box
+    assert [o["text"] for o in outputs] == ["q -> 0  : log(3)\n", "q -> oo : log(2)\n"]  # the download: as run
+    book_pages._patch_merge_streams()  # a second setup does not wrap twice
+    assert render.coalesce_streams.__wrapped__ is coalesce_streams
+
+
+def test_execution_table_says_succeeded_in_words():
+    from myst_nb.ext import execution_tables
+
+    book_pages._patch_execution_table()
+    status = execution_tables._key2transform["succeeded"]
+    assert (status(True), status(False)) == ("succeeded", "failed")
+    assert all(ord(c) < 128 for c in status(True) + status(False))  # no emoji font needed

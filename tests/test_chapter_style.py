@@ -68,6 +68,10 @@ def test_every_figure_is_captioned_and_cited(path):
         # alt text describes what the figure shows, for a reader who cannot see it: a sentence, not a path
         if len(alt.split()) < 8 or re.search(r"\.(png|svg|jpe?g)\b|_images/|^[\w./-]+$", alt):
             problems.append(f"cell {i}: no real alt text (mystnb.image.alt)")
+        # myst-nb puts every rich output of the cell into the figure: the image must be the only one
+        lines = [line for line in cell.source.splitlines() if line.strip() and not line.startswith("#")]
+        if lines[-1].strip() != "plt.show()" or "display(" in cell.source:
+            problems.append(f"cell {i}: a figure cell ends with plt.show() and displays nothing else")
         if name and f"{{numref}}`{name}`" not in text:
             problems.append(f"cell {i}: the prose never refers to {name} ({{numref}}`{name}`)")
     assert not problems, "\n".join(problems)
