@@ -232,7 +232,8 @@ _PAGE_CHECKS = r"""
   }
   // a display equation that scrolls shows it: a visible cue (the book's CSS draws edge shadows)
   for (const box of document.querySelectorAll("div.math")) {
-    if (box.scrollWidth > box.clientWidth + 2 && getComputedStyle(box).backgroundImage === "none") {
+    const scroller = [box, box.querySelector("mjx-container")].find((e) => e && e.scrollWidth > e.clientWidth + 2);
+    if (scroller && getComputedStyle(scroller).backgroundImage === "none") {
       const num = box.querySelector(".eqno");
       out.push(`equation-cue: ${num ? num.firstChild.textContent.trim() + " " : ""}scrolls without a scroll cue ${where(box)}`);
     }
