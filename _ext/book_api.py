@@ -1,7 +1,8 @@
 """The API reference's index: one table per module, a row per public name, linking to its entry.
 
-``{api-summary} svmuon.spectral.entropy svmuon.spectral.spectrum ...`` writes, for each module, a heading
-row with the module (linked to its page) and the first line of its docstring, then a row per name that
+``.. api-summary:: svmuon.spectral.entropy svmuon.spectral.spectrum ...`` (reST, so in an ``eval-rst``
+block of a MyST page) writes, for each module, a table titled with the module (linked to its entry) and the
+first sentence of its docstring, then a row per name that
 ``automodule :members:`` documents there (the module's ``__all__``, else its public functions and classes):
 the name, linked to its entry, and the first sentence of its docstring. The table follows the library, so a
 new public function appears in it without an edit of the page.
