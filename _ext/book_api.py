@@ -5,7 +5,8 @@ block of a MyST page) writes, for each module, a table titled with the module (l
 first sentence of its docstring, then a row per name that
 ``automodule :members:`` documents there (the module's ``__all__``, else its public functions and classes):
 the name, linked to its entry, and the first sentence of its docstring. The table follows the library, so a
-new public function appears in it without an edit of the page.
+new public function appears in it without an edit of the page. ``module:a,b`` lists only ``a`` and ``b``
+(for an ``automodule`` with an explicit ``:members:`` list), and ``module:`` the module alone.
 """
 
 from __future__ import annotations
@@ -66,12 +67,19 @@ def summary_rst(modules: list[str], bib_keys: set[str] = frozenset()) -> list[st
     """reST for the summary tables of ``modules`` (a ``list-table`` each), formulas and sources linked as on
     the entries themselves (``book_pages.link_sources``)."""
     lines = []
-    for name in modules:
+    for spec in modules:
+        # "module" (what automodule :members: documents) or "module:a,b" (the members the page lists; none:
+        # a package documented by its docstring alone)
+        name, _, chosen = spec.partition(":")
         module = importlib.import_module(name)
         title = link_sources([summary(module)], bib_keys)[0]
+        members = public_members(module) if not _ else [(m, getattr(module, m)) for m in chosen.split(",") if m]
+        if not members:
+            lines += [f":py:mod:`{name}`: {title}", ""]
+            continue
         lines += [f".. list-table:: :py:mod:`{name}`: {title}", "   :widths: 35 65",
                   "   :class: api-summary", ""]
-        for member, obj in public_members(module):
+        for member, obj in members:
             text = link_sources([summary(obj)], bib_keys)[0] or "(a constant: see the module)"
             lines += [f"   * - {_entry(name, member, obj)}", f"     - {text}"]
         lines.append("")
