@@ -74,6 +74,8 @@ def summary_rst(modules: list[str], bib_keys: set[str] = frozenset()) -> list[st
         module = importlib.import_module(name)
         title = link_sources([summary(module)], bib_keys)[0]
         members = public_members(module) if not _ else [(m, getattr(module, m)) for m in chosen.split(",") if m]
+        # short names in the docstrings (:func:`msign`) resolve against the module, as on its own entry
+        lines += [f".. py:currentmodule:: {name}", ""]
         if not members:
             lines += [f":py:mod:`{name}`: {title}", ""]
             continue
