@@ -8,8 +8,8 @@ value is best?* Each hidden weight matrix (n_out × n_in, k = min of the two) is
 
 (book eq. eq-fixed-entropy-layer), so its normalised spectrum ``σ^r / Σσ^r`` is ``p`` and its entropy is ``h``
 exactly, whatever U, V, z and c are (:mod:`svmuon.spectral.level_set`). ``U`` and ``V`` are trained by
-:class:`svmuon.ManifoldMuon` on their Stiefel manifolds (``Stiefel(rank_rtol=1e-2)``: a minibatch gradient has
-low rank), everything else by Adam. The arms:
+:class:`svmuon.ManifoldMuon` on their Stiefel manifolds (``Stiefel()``, the default closed-form ``"completion"``
+direction, and momentum kept tangent), everything else by Adam. The arms:
 
 * ``shape``: a fixed spectrum shape, ``z_i = -i/(k-1)`` (an exponential profile ``p_i ∝ e^{-β i/(k-1)}``),
   with a learned overall scale ``c``;

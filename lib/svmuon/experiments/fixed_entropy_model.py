@@ -127,7 +127,7 @@ def make_optimizers(net: Net, method: str, lr: float) -> list[torch.optim.Optimi
     from svmuon.optim.manifold_muon import ManifoldMuon
     from svmuon.orthogonal.stiefel import Stiefel
 
-    return [ManifoldMuon(hidden, lr=lr, momentum=0.9, manifold=Stiefel(rank_rtol=1e-2)),
+    return [ManifoldMuon(hidden, lr=lr, momentum=0.9, manifold=Stiefel()),
             torch.optim.Adam(rest, lr=OTHER_LR)]
 
 
