@@ -51,6 +51,8 @@ def summary(obj) -> str:
         return ""
     doc = inspect.getdoc(obj) or ""
     first = " ".join(doc.split("\n\n", 1)[0].split())
+    # a private name has no entry to link to: a literal (its own entry says the same, with its own check)
+    first = re.sub(r":(?:py:)?\w+:`~?([\w.]*\._\w+|_\w+)`", r"``\1``", first)
     end = _SENTENCE_END.search(first)
     return first if end is None else first[:end.start() + 1]
 
