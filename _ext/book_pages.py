@@ -9,19 +9,31 @@
 * **Encrypted kernels.** ipykernel warns on stderr ("Kernel is running over TCP without encryption") for
   every executed chapter; the kernels are started with CurveZMQ keys instead (jupyter_client's
   ``transport_encryption="auto"``; the python3 kernelspec declares support), which removes the cause.
+* **Each output once in the downloads.** myst-nb's ``nb_merge_streams`` (myst_nb.core.utils.coalesce_streams)
+  merges a cell's stdout pieces into its first piece *in place*, and the notebook it then writes to
+  ``jupyter_execute/`` keeps the later pieces too: the download printed every later piece twice. The merge
+  is given copies (:func:`merge_streams_on_copies`), so the page shows one merged box and the executed
+  notebook keeps the kernel's outputs as they came.
+* **Execution status in words.** myst-nb's execution table marks a chapter with the emoji ✅ or ❌, which
+  a reader without an emoji font sees as an empty box; the table says "succeeded" or "failed".
 * **Readable API page.** Docstrings name their sources by ``references.bib`` key and the book's equations
   and theorems by label (``eq-msign``, ``thm-skew-msign``), so that they read in ``help()``. On the API page
   those become citations and numbered links (``:cite:p:``, ``:eq:``, ``:prf:ref:``); a label that the book
-  does not define then fails the ``-n`` build instead of showing a bare name.
+  does not define then fails the ``-n`` build instead of showing a bare name. Formulas with TeX-like
+  scripts (``R^{m×n}``, ``Δ^{n-1}``) are typeset as math (``_ext/book_math.py``).
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 import shutil
 from pathlib import Path
 
 from sphinx.application import Sphinx
+
+from book_math import math_roles  # noqa: E402 - a sibling module of _ext/
 
 _LABEL = re.compile(r"``(?P<lit>(?:eq|thm|lem|def|cor|prop)-[A-Za-z0-9-]+)``|(?<![\w`:-])(?P<bare>(?:eq|thm|lem|def|cor|prop)-[a-z0-9]+(?:-[a-z0-9]+)*)(?![\w`-]|\.\w)")
 
@@ -45,6 +57,42 @@ def _add_ipynb_download(app: Sphinx, pagename: str, templatename: str, context: 
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, target)
     context["ipynb_source"] = f"{pagename}.ipynb"  # read by sphinx-book-theme's add_header_buttons
+
+
+# --- each output once -------------------------------------------------------------------------------
+
+
+def merge_streams_on_copies(coalesce):
+    """``coalesce`` (a stream-merging function) applied to copies of the outputs, never to the outputs."""
+    if getattr(coalesce, "_book_copies", False):
+        return coalesce
+
+    @functools.wraps(coalesce)
+    def merge(outputs):
+        return coalesce(copy.deepcopy(outputs))
+
+    merge._book_copies = True
+    return merge
+
+
+def _patch_merge_streams() -> None:
+    from myst_nb.core import render
+
+    render.coalesce_streams = merge_streams_on_copies(render.coalesce_streams)
+
+
+# --- execution status ----------------------------------------------------------------------------------
+
+
+def status_word(succeeded) -> str:
+    """The execution table's status cell: a word in the book's font, not an emoji."""
+    return "succeeded" if succeeded is True else "failed"
+
+
+def _patch_execution_table() -> None:
+    from myst_nb.ext import execution_tables
+
+    execution_tables._key2transform["succeeded"] = status_word
 
 
 # --- scripts once --------------------------------------------------------------------------------------
@@ -107,6 +155,7 @@ def link_sources(lines: list[str], bib_keys: set[str]) -> list[str]:
             literal_indent = None
         if line.rstrip().endswith("::"):
             literal_indent = indent
+        line = math_roles(line)
         if keys is not None:
             line = keys.sub(lambda m: f":cite:p:`{m['lit'] or m['bare']}`", line)
 
@@ -133,6 +182,8 @@ def _process_docstring(app: Sphinx, what, name, obj, options, lines: list[str]) 
 
 def setup(app: Sphinx) -> dict:
     encrypt_kernels()
+    _patch_merge_streams()
+    _patch_execution_table()
     app.connect("html-page-context", _add_ipynb_download, priority=500)  # before the theme's buttons (501)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     app.connect("builder-inited", _read_bib_keys)

@@ -22,8 +22,17 @@ Checks (each problem is one line ``kind: detail``):
 * ``code-scroll``: a code cell (input or text output) that scrolls sideways (``desktop`` only);
 * ``table-scroll``: a table wider than the column, which scrolls inside its box (``desktop`` only);
 * ``split-output`` / ``empty-output``: one cell's stdout shown in several boxes, or an empty output box;
+* ``figure``: a figure of a cell without a numbered caption, or an image without real alt text (none, or its
+  file name);
+* ``table``: a table without room between its columns (cell padding below 3 px), or a table of a cell's
+  output without a caption;
+* ``code-wrap``: a line of a code cell longer than the code column, which wraps mid-token (``desktop``
+  only);
+* ``equation-cue``: a display equation that scrolls inside its box with nothing to show that it does (every
+  width);
 * ``page-scroll``: the page itself scrolls sideways (every width);
-* ``ipynb``: no ``.ipynb`` download link where one is expected, or the file is not an executed notebook.
+* ``ipynb``: no ``.ipynb`` download link where one is expected, the file is not an executed notebook, or a
+  cell of it prints its output twice.
 """
 
 from __future__ import annotations
@@ -33,14 +42,15 @@ import contextlib
 import fnmatch
 import functools
 import http.server
-import json
 import os
 import shutil
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
+
+from notebook_check import check_ipynb as _check_ipynb, printed_twice  # noqa: F401, E402 - re-exported
 
 DESKTOP, PHONE = 1300, 412  # the widths the book is checked at: a laptop window and a large phone
 MIN_FIGURE_RATIO = 0.8  # a figure shown below 80 % of its natural width has labels too small to read
@@ -183,6 +193,51 @@ _PAGE_CHECKS = r"""
       if (over > 2) out.push(`table-scroll: a table ${Math.round(over)}px wider than the column ${where(t)}`);
     }
   }
+  // figures: a cell's image sits in a numbered figure with a caption; every image has real alt text
+  for (const img of article.querySelectorAll("img")) {
+    const src = img.getAttribute("src") || "", alt = (img.getAttribute("alt") || "").trim();
+    const file = src.split("/").pop();
+    if (alt.split(/\s+/).length < 4 || alt.includes(file) || /\.(png|svg|jpe?g)$/i.test(alt))
+      out.push(`figure: ${file.slice(0, 40)} has no real alt text ("${short(alt).slice(0, 40)}") ${where(img)}`);
+    if (img.closest("div.cell_output")) {
+      const fig = img.closest("figure");
+      const cap = fig && fig.querySelector("figcaption .caption-number");
+      if (!cap) out.push(`figure: ${file.slice(0, 40)} has no numbered caption ${where(img)}`);
+    }
+  }
+  // tables: room between the columns, and a caption on the tables of cell outputs
+  for (const t of article.querySelectorAll("table")) {
+    const cell = t.querySelector("td");
+    if (cell) {
+      const cs = getComputedStyle(cell);
+      const pad = Math.min(parseFloat(cs.paddingLeft), parseFloat(cs.paddingRight));
+      if (pad < 3) out.push(`table: cells padded by ${pad}px, their contents run together ${where(t)}`);
+    }
+    if (t.closest("div.cell_output")) {
+      const cap = t.querySelector("caption");
+      if (!cap || cap.textContent.trim() === "") out.push(`table: a table without a caption ${where(t)}`);
+    }
+  }
+  // code lines longer than the code column: they wrap, mid-token
+  if (desktop) {
+    const canvas = document.createElement("canvas").getContext("2d");
+    for (const pre of article.querySelectorAll("div.cell_input pre")) {
+      const cs = getComputedStyle(pre);
+      canvas.font = `${cs.fontSize} ${cs.fontFamily}`;
+      const room = pre.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+      const longest = pre.textContent.split("\n").reduce((a, b) => (b.length > a.length ? b : a), "");
+      const w = canvas.measureText(longest).width;
+      if (w > room + 1) out.push(`code-wrap: a ${longest.length}-character line wraps in a ${Math.round(room)}px column: "${short(longest).slice(0, 50)}" ${where(pre)}`);
+    }
+  }
+  // a display equation that scrolls shows it: a visible cue (the book's CSS draws edge shadows)
+  for (const box of document.querySelectorAll("div.math")) {
+    const scroller = [box, box.querySelector("mjx-container")].find((e) => e && e.scrollWidth > e.clientWidth + 2);
+    if (scroller && getComputedStyle(scroller).backgroundImage === "none") {
+      const num = box.querySelector(".eqno");
+      out.push(`equation-cue: ${num ? num.firstChild.textContent.trim() + " " : ""}scrolls without a scroll cue ${where(box)}`);
+    }
+  }
   // one cell's stdout in several boxes, or empty output boxes
   for (const cell of article.querySelectorAll("div.cell_output")) {
     const streams = [...cell.children].filter((c) => c.matches(".output.stream"));
@@ -285,30 +340,6 @@ class Checker:
         finally:
             context.close()
         return report
-
-
-def _check_ipynb(context, page_url: str, hrefs: list[str]) -> list[str]:
-    """The page links a ``.ipynb`` that downloads as an nbformat-4 notebook with executed outputs."""
-    if not hrefs:
-        return ["ipynb: no .ipynb download link on the page"]
-    problems = []
-    for href in dict.fromkeys(hrefs):
-        response = context.request.get(urljoin(page_url, href))
-        if not response.ok:
-            problems.append(f"ipynb: the download link {href} answers HTTP {response.status}")
-            continue
-        try:
-            nb = json.loads(response.body())
-        except ValueError:
-            problems.append(f"ipynb: {href} is not JSON")
-            continue
-        if nb.get("nbformat") != 4 or not isinstance(nb.get("cells"), list):
-            problems.append(f"ipynb: {href} is not an nbformat-4 notebook")
-            continue
-        code = [c for c in nb["cells"] if c.get("cell_type") == "code"]
-        if code and not any(c.get("outputs") for c in code):
-            problems.append(f"ipynb: {href} has code cells but no outputs (not executed)")
-    return problems
 
 
 def is_redirect(path: Path) -> bool:

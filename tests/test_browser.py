@@ -51,8 +51,10 @@ _PAGE = """<!doctype html>
 <style>
   body {{ margin: 0; font: 16px sans-serif; }}
   main article {{ max-width: 700px; margin: 0 auto; }}
-  div.math {{ overflow-x: auto; overflow-y: hidden; }}
+  div.math {{ overflow-x: auto; overflow-y: hidden;
+              background: linear-gradient(to left, rgba(0, 0, 0, 0.2), transparent) right / 1em 100% no-repeat; }}
   img {{ max-width: 100%; }}
+  td, th {{ padding: 0.25em 0.5em; }}
 </style>
 <script>window.MathJax = {{ options: {{ processHtmlClass: "math" }} }};</script>
 <script defer src="mathjax/tex-chtml.js"></script>
@@ -69,8 +71,12 @@ _CLEAN = r"""
 <div class="cell"><div class="cell_input"><div class="highlight"><pre>print("hello")</pre></div></div>
 <div class="cell_output"><div class="output stream"><pre>hello
 world</pre></div></div></div>
-<div class="cell"><div class="cell_output"><img src="narrow.png" alt="a figure as myst-nb places it"></div></div>
+<figure id="fig-a"><div class="cell"><div class="cell_output"><img src="narrow.png"
+  alt="a figure as myst-nb places it, in a numbered figure"></div></div>
+<figcaption><p><span class="caption-number">Fig. 1.1 </span><span class="caption-text">A caption.</span></p></figcaption></figure>
 <table><tr><td>a</td><td>small</td><td>table</td></tr></table>
+<div class="cell"><div class="cell_output"><div class="output text_html"><table><caption>A captioned table</caption>
+<tr><td>1.0</td><td>2.0</td></tr></table></div></div></div>
 <p>Price in prose: 5 $ and a path C:\Temp are not TeX.</p>
 </section>
 """
@@ -88,8 +94,8 @@ _DEFECTS = {
     "equation-under-number": (r"""<div class="math" style="position: relative"><span class="eqno"
         style="position: absolute; left: 40%; top: 0.5em; width: 20%; background: #fff">(3.1)</span>
         \[ x + y = z \]</div>""", 1300, {"clipped-equation"}, False),
-    "small-figure": ('<img src="wide.png" alt="drawn too wide for the column">', 1300, {"small-figure"}, False),
-    "broken-image": ('<img src="missing.png" alt="missing">', 1300, {"broken-image", "request"}, False),
+    "small-figure": ('<img src="wide.png" alt="a figure drawn too wide for the column">', 1300, {"small-figure"}, False),
+    "broken-image": ('<img src="missing.png" alt="an image file that is not there">', 1300, {"broken-image", "request"}, False),
     "raw-tex": (r'<p class="tex2jax_ignore">The mean is $\mu_1 + \sigma^2$ here.</p>', 1300, {"raw-tex"}, False),
     "raw-tex-command": (r'<p class="tex2jax_ignore">A rate \eta left as a macro.</p>', 1300, {"raw-tex"}, False),
     "raw-tex-not-typeset": (r'<div class="math">\[ \frac{1}{2 \]</div>', 1300, {"raw-tex"}, False),  # no closing brace
@@ -101,12 +107,25 @@ _DEFECTS = {
     "code-scroll": ('<div class="highlight"><pre style="white-space: pre; overflow-x: auto">' + "x = 1  # " + "long comment " * 20
                     + "</pre></div>", 1300, {"code-scroll"}, False),
     "table-scroll": ('<div class="cell_output"><div class="output text_html" style="overflow-x: auto"><table class="dataframe">'
-                     + "<tr>" + "<td>column&nbsp;with&nbsp;a&nbsp;long&nbsp;name</td>" * 8 + "</tr></table></div></div>",
+                     + "<caption>wide</caption><tr>" + "<td>column&nbsp;with&nbsp;a&nbsp;long&nbsp;name</td>" * 8 + "</tr></table></div></div>",
                      1300, {"table-scroll"}, False),
     "split-output": ('<div class="cell_output"><div class="output stream"><pre>a</pre></div>'
                      '<div class="output stream"><pre>b</pre></div></div>', 1300, {"split-output"}, False),
     "empty-output": ('<div class="cell_output"><div class="output stream"><pre></pre></div></div>', 1300,
                      {"empty-output"}, False),
+    "figure-uncaptioned": ('<div class="cell"><div class="cell_output"><img src="narrow.png" alt="a plot of the '
+                           'loss against the step"></div></div>', 1300, {"figure"}, False),
+    "figure-alt-is-a-path": ('<img src="narrow.png" alt="_images/narrow.png">', 1300, {"figure"}, False),
+    "table-unpadded": ('<table><tr><td style="padding: 0">2.0840</td><td style="padding: 0">2.0610</td></tr>'
+                       "</table>", 1300, {"table"}, False),
+    "table-uncaptioned": ('<div class="cell_output"><table><tr><td>1.0</td></tr></table></div>', 1300, {"table"},
+                          False),
+    "code-wrap": ('<div class="cell"><div class="cell_input"><div class="highlight"><pre style="white-space: pre-wrap">'
+                  + "x = 1  # " + "a long comment " * 12 + "</pre></div></div></div>", 1300, {"code-wrap"}, False),
+    "equation-no-cue": (r"""<div class="math" style="background: none">\[ a_1 + a_2 + a_3 + a_4 + a_5 + a_6 + a_7
+        + a_8 + a_9 + a_{10} + a_{11} + a_{12} + a_{13} + a_{14} + a_{15} + a_{16} \]</div>""", 412, {"equation-cue"},
+                        False),
+    "ipynb-printed-twice": ('<a href="twice.ipynb">download</a>', 1300, {"ipynb"}, True),
     "no-ipynb": ("<p>no download link</p>", 1300, {"ipynb"}, True),
     "ipynb-not-executed": ('<a href="blank.ipynb">download</a>', 1300, {"ipynb"}, True),
     "ipynb-missing": ('<a href="gone.ipynb">download</a>', 1300, {"ipynb"}, True),
@@ -120,8 +139,11 @@ def _png(path: Path, width: int, height: int = 60) -> None:
     Image.new("RGB", (width, height), (200, 220, 240)).save(path)
 
 
-def _notebook(path: Path, executed: bool) -> None:
+def _notebook(path: Path, executed: bool, twice: bool = False) -> None:
     outputs = [{"output_type": "stream", "name": "stdout", "text": "1\n"}] if executed else []
+    if twice:  # what an in-place stream merge leaves: the merged first piece, and the second piece again
+        outputs = [{"output_type": "stream", "name": "stdout", "text": "q -> 0 : log(3)\nq -> oo : log(2)\n"},
+                   {"output_type": "stream", "name": "stdout", "text": "q -> oo : log(2)\n"}]
     cell = {"cell_type": "code", "execution_count": 1 if executed else None, "metadata": {},
             "outputs": outputs, "source": "print(1)"}
     path.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [cell]}))
@@ -139,6 +161,7 @@ def site(tmp_path_factory):
     _png(root / "wide.png", 1200)  # shown at 700/1200 = 0.58 of its width
     _notebook(root / "nb.ipynb", executed=True)
     _notebook(root / "blank.ipynb", executed=False)
+    _notebook(root / "twice.ipynb", executed=True, twice=True)
     (root / "clean.html").write_text(_PAGE.format(body=_CLEAN + _DOWNLOAD))
     for name, (body, *_rest) in _DEFECTS.items():
         (root / f"{name}.html").write_text(_PAGE.format(body=_CLEAN + body))
@@ -207,13 +230,37 @@ def book():
         yield base
 
 
+# Pages whose chapter is being rewritten elsewhere: until that rewrite gives them the finish (captions, alt
+# text, captioned tables, 80-column code), those four checks are reported but not failed there. Every other
+# check applies; and once a page passes the four, it must be removed from this list.
+PENDING_PAGES: set[str] = set()  # e.g. {"chapters/part2/stiefel.html"}
+PENDING_KINDS = {"figure", "table", "code-wrap", "equation-cue"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page, width", _book_cases())
 def test_built_page(checker, book, page, width):
     assert page is not None, f"no built book in {HTML}"
     shot = SCREENSHOTS / f"{page[:-5].replace('/', '__')}-{width}.png"
     report = checker.check(book + page, width, expect_ipynb=page in _notebook_pages(), screenshot=shot)
-    assert report.problems == [], f"{page} at {width}px (screenshot {shot}):\n  " + "\n  ".join(report.problems)
+    problems = report.problems
+    if page in PENDING_PAGES:
+        pending = [p for p in problems if p.split(":", 1)[0] in PENDING_KINDS]
+        problems = [p for p in problems if p not in pending]
+        if width == bc.DESKTOP:  # the desktop checks include them all
+            assert pending, f"{page} now passes the pending checks: remove it from PENDING_PAGES"
+    assert problems == [], f"{page} at {width}px (screenshot {shot}):\n  " + "\n  ".join(problems)
+
+
+def test_printed_twice_flags_an_in_place_merge_only():
+    stream = lambda text: {"output_type": "stream", "name": "stdout", "text": text}  # noqa: E731
+    cell = lambda *outs: {"cell_type": "code", "outputs": list(outs)}  # noqa: E731
+    nb = {"cells": [cell(stream("a\nb\n"), stream("b\n")),  # the merge left "b" twice
+                    cell(stream("ok\n"), stream("ok\n")),  # a line printed twice by the code: fine
+                    cell(stream("a\n"), stream("b\n")),  # two pieces, each once: fine
+                    {"cell_type": "markdown", "source": "x"},
+                    cell(stream(["x\n", "y\n"]), stream("y\n"))]}  # text as a list of lines
+    assert bc.printed_twice(nb) == [0, 3]
 
 
 def test_every_chapter_is_checked_for_a_notebook():
