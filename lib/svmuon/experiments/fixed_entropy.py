@@ -40,9 +40,9 @@ he2015delving, loshchilov2019decoupled.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
-import numbers
 import os
 import platform
 import sysconfig
@@ -57,6 +57,7 @@ from tqdm import tqdm  # plain: tqdm.auto warns on stderr in a notebook without 
 
 from svmuon._cli import describe
 from svmuon.experiments._loop import train_epoch
+from svmuon.spectral.layers import FixedEntropyLinear  # noqa: F401 (re-exported: fe.FixedEntropyLinear)
 
 NAME = "fixed-entropy"
 DELTAS = (3.0, 2.0, 1.2, 0.7, 0.42, 0.2, 0.1)  # δ = log k - h; δ = 0 is the "orthogonal" arm
@@ -76,22 +77,29 @@ TEXT_CHARS = 400_000
 
 # ---------------------------------------------------------------------------------------------- data
 
-def text_corpus(chars: int = TEXT_CHARS) -> tuple[np.ndarray, dict[str, Any]]:
-    """The first ``chars`` characters of the standard library's top-level ``*.py`` files (sorted by name) as
-    tokens: ``'\\n'`` -> 0, ``' '``..``'~'`` -> 1..95, anything else -> 96. Returns ``(tokens, description)``."""
+def text_corpus(chars: int = TEXT_CHARS, *, recursive: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
+    """The first ``chars`` characters of the standard library's top-level ``*.py`` files (sorted by name; with
+    ``recursive``, every ``*.py`` below the standard library's folder, sorted by relative path, without
+    ``site-packages``) as tokens: ``'\\n'`` -> 0, ``' '``..``'~'`` -> 1..95, anything else -> 96. Returns
+    ``(tokens, description)``; the description names every file used (``names``, relative paths) and the
+    SHA-256 of the text, so that a run can be matched to its data exactly."""
     folder = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(folder.rglob("*.py")) if recursive else sorted(folder.glob("*.py"))
+    files = [f for f in files if not {"site-packages", "__pycache__"} & set(f.relative_to(folder).parts)]
     parts, total, used = [], 0, []
-    for f in sorted(folder.glob("*.py")):
+    for f in files:
         text = f.read_text(encoding="utf-8", errors="replace")
         parts.append(text)
-        used.append(f.name)
+        used.append(f.relative_to(folder).as_posix())
         total += len(text)
         if total >= chars:
             break
-    codes = np.frombuffer("".join(parts)[:chars].encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+    joined = "".join(parts)[:chars]
+    codes = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
     tokens = np.where(codes == 10, 0, np.where((codes >= 32) & (codes <= 126), codes - 31, 96))
     info = {"source": str(folder), "files": len(used), "first": used[0], "last": used[-1], "chars": int(len(tokens)),
-            "python": platform.python_version(), "unknown_fraction": float((tokens == 96).mean())}
+            "python": platform.python_version(), "unknown_fraction": float((tokens == 96).mean()),
+            "names": used, "sha256": hashlib.sha256(joined.encode("utf-8")).hexdigest()}
     return tokens, info
 
 
@@ -120,70 +128,6 @@ def load_task(task: str, chars: int = TEXT_CHARS) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------- model
-
-def _orthonormal(rows: int, cols: int, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
-    Q, R = torch.linalg.qr(torch.randn(rows, cols, generator=gen, dtype=torch.float64))
-    return (Q * torch.sign(torch.diagonal(R))).to(dtype)
-
-
-class FixedEntropyLinear(torch.nn.Module):
-    """``x -> x Wᵀ + b`` with ``W = U diag(σ) Vᵀ`` of singular-value entropy exactly ``log k - delta``.
-
-    Args:
-        n_in, n_out: the shape of ``W`` (n_out × n_in); ``k = min(n_in, n_out)``.
-        delta: ``log k - h`` >= 0 (0: all singular values equal).
-        power: normalisation power r (1: p ∝ σ, 2: p ∝ σ²).
-        learn_spectrum: learn ``z`` (arm ``level_set``) or keep the exponential profile (arm ``shape``).
-        gen: seeded generator for ``U`` and ``V``. dtype: float32 (experiment) or float64 (tests).
-
-    The initial scale gives ``‖W‖_F² = 2 n_out``, He's ReLU initialisation (he2015delving).
-
-    Raises:
-        ValueError: ``delta`` outside ``[0, log k)`` (the profile ``z`` has one largest entry, so every
-            ``h = log k - δ`` in ``(0, log k]`` is reachable, and no other).
-    """
-
-    def __init__(self, n_in: int, n_out: int, delta: float, power: float, learn_spectrum: bool,
-                 gen: torch.Generator, dtype: torch.dtype = torch.float32) -> None:
-        super().__init__()
-        k = min(n_in, n_out)
-        if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not (
-                0 <= delta < math.log(k) or (k == 1 and delta == 0)):
-            # outside [0, log k) the unchecked kernel would silently give entropy log k (δ < 0) or 0 (δ >= log k)
-            raise ValueError(f"delta must lie in [0, log k) = [0, {math.log(k):.4g}) for a {n_out}×{n_in} matrix, "
-                             f"got {delta!r}")
-        self.k, self.power = k, float(power)
-        self.h = math.log(k) - float(delta)
-        self.U = torch.nn.Parameter(_orthonormal(n_out, k, gen, dtype))
-        self.V = torch.nn.Parameter(_orthonormal(n_in, k, gen, dtype))
-        z = -torch.linspace(0.0, 1.0, k, dtype=torch.float64)
-        if learn_spectrum:
-            self.z = torch.nn.Parameter(z.to(dtype))
-        else:
-            self.register_buffer("z", z.to(dtype))
-        self.register_buffer("h_t", torch.tensor([self.h], dtype=torch.float64))
-        with torch.no_grad():
-            p = self._p()
-            energy = float((p ** (2 / self.power)).sum())
-        self.log_scale = torch.nn.Parameter(torch.tensor(0.5 * math.log(2 * n_out / energy), dtype=dtype))
-        self.bias = torch.nn.Parameter(torch.zeros(n_out, dtype=dtype))
-
-    def _p(self) -> torch.Tensor:
-        from svmuon.spectral.level_set import _tempered_softmax
-
-        return _tempered_softmax(self.z.to(torch.float64).unsqueeze(0), self.h_t.view(1, 1)).squeeze(0)
-
-    def sigma(self) -> torch.Tensor:
-        """The singular values ``c · p^{1/r}``, shape ``(k,)``."""
-        return self.log_scale.exp() * self._p().to(self.U.dtype) ** (1.0 / self.power)
-
-    def weight(self) -> torch.Tensor:
-        """``W = U diag(σ) Vᵀ``, shape ``(n_out, n_in)``, differentiable in ``U, V, z, c``."""
-        return (self.U * self.sigma()) @ self.V.T
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ((x @ self.V) * self.sigma()) @ self.U.T + self.bias
-
 
 class Net(torch.nn.Module):
     """MLP ``sizes[0] -> sizes[1] -> ... -> sizes[-1]`` (ReLU after each hidden layer); the hidden matrices (all
