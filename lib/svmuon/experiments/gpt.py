@@ -27,7 +27,7 @@ Each results file also holds the Gaussian reference of every layer shape: the la
 
 Results: one file per arm, ``experiments/results/gpt-<size>-<arm>.json`` (resumable: finished runs are kept
 and skipped; a file of other settings is refused), with hardware, versions and date. Sizes: ``cpu`` (the
-study), ``pilot`` (the same model, 200 steps: a stand-in until the study is recorded), ``gpu`` (a larger
+study), ``pilot`` (a smaller model, 300 steps: a stand-in until the study is recorded), ``gpu`` (a larger
 model on the whole standard library, bf16 autocast on CUDA), ``smoke`` (seconds). Arms that need Muon's
 tuned rate (``stiefel-attention``, ``fixed-entropy``'s partial scopes) read it from the ``muon`` file.
 
@@ -52,6 +52,8 @@ from tqdm import tqdm
 from svmuon._cli import describe
 from svmuon.experiments import _gpt_train as gt
 from svmuon.experiments._gpt_model import GPT, GPTConfig  # noqa: F401 (public through this module)
+from svmuon.experiments._gpt_results import (  # noqa: F401 (the chapter's readers, public through this module)
+    MEASURES, curves_frame, entropy_frame, final_entropy_by_kind, load, mean_se, runs_frame)
 
 NAME = "gpt"
 GRIDS = {
@@ -64,10 +66,12 @@ GRIDS = {
 DELTAS = (0.0, 0.42, 1.2)  # δ = log k - h of the fixed-entropy runs, scope "all"; 0.42 ≈ 1 - γ (su2025entropy)
 SCOPE_DELTAS = (0.0, 0.42)  # the check: only attention, or only the MLP, fixed
 NEEDS_MUON = ("stiefel-attention", "fixed-entropy")
-PILOT_NOTE = ("PILOT: short runs (200 steps) recorded on a shared, busy 2-core machine so that the chapter builds; "
-              "timings are not clean and the verdicts are provisional. Re-record with --size cpu.")
-SIZES = dict(gt.SIZES, pilot=dataclasses.replace(gt.SIZES["cpu"], steps=200, warmup=20, eval_every=20,
-                                                 monitor_every=20, final_windows=512))
+PILOT_NOTE = ("PILOT: a smaller model (d_model 64, 2 layers, context 32, batch 16) and short runs (300 steps), "
+              "recorded on a shared, busy 2-core machine so that the chapter builds; timings are not clean and "
+              "every verdict is provisional. The study is --size cpu.")
+SIZES = dict(gt.SIZES, pilot=gt.Size(GPTConfig(context=32, d_model=64, n_layer=2, n_head=2), batch=16, steps=300,
+                                     warmup=20, eval_every=20, monitor_every=20, val_windows=128, final_windows=512,
+                                     chars=1_000_000))
 
 
 # ------------------------------------------------------------------------------------------- results I/O
@@ -197,7 +201,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scope-deltas", type=float, nargs="*", default=list(SCOPE_DELTAS),
                    help="δ of the checks with only attention / only the MLP fixed (default %(default)s)")
     p.add_argument("--size", default="cpu", choices=[s for s in SIZES if s != "smoke"],
-                   help="cpu (the study, default), pilot (200 steps), gpu (larger, CUDA, bf16 autocast)")
+                   help="cpu (the study, default), pilot (smaller, 300 steps), gpu (larger, CUDA, bf16 autocast)")
     p.add_argument("--device", default=None, help="torch device (default: the size's, cpu or cuda)")
     p.add_argument("--output-dir", type=Path, default=None, help="folder of gpt-<size>-<arm>.json "
                    "(default experiments/results; required with --smoke)")
