@@ -281,7 +281,7 @@ class EntropyMonitor:
 
     def plot(self, *, q: float = 1, power: float = 1, by: Callable[[str], str] | None = None, ax: Any = None) -> Any:
         """``H - log k`` against the step, one line per matrix (or per group ``by(name)``, the group mean),
-        with the Gaussian large-n value of each shape dashed. Returns the matplotlib ``Axes``.
+        with the Gaussian large-n value of each shape as a grey dashed line. Returns the matplotlib ``Axes``.
 
         Raises:
             ValueError: nothing recorded yet, or ``(q, power)`` not among the monitored pairs.
@@ -300,14 +300,18 @@ def plot_entropy_frame(df: pd.DataFrame, *, q: float = 1, power: float = 1, by: 
     if f"H_{s}" not in df:
         raise ValueError(f"q={q!r}, power={power!r} was not monitored (no column H_{s})")
     if ax is None:
-        _, ax = plt.subplots(figsize=(6.5, 3.6))
+        _, ax = plt.subplots(figsize=(6.5, 3.6), layout="constrained")
     d = df.assign(gap=df[f"H_{s}"] - df["log_k"], ref=df[f"gauss_{s}"] - df["log_k"],
                   group=df["name"].map(by) if by is not None else df["name"])
     for label, g in d.groupby("group", sort=False):
-        line, = ax.plot(*zip(*g.groupby("step")["gap"].mean().items()), marker=".", label=str(label))
-        ax.axhline(g["ref"].iloc[0], color=line.get_color(), ls="--", lw=0.8)
+        ax.plot(*zip(*g.groupby("step")["gap"].mean().items()), marker=".", label=str(label))
+    refs = d.drop_duplicates(["m", "n"])
+    for ref, m, n in zip(refs["ref"], refs["m"], refs["n"]):  # one dashed line per shape
+        ax.axhline(ref, color="0.4", ls="--", lw=0.8)
+        ax.annotate(f"Gaussian {m}×{n}", (1.0, ref), xycoords=("axes fraction", "data"), xytext=(-4, 3),
+                    textcoords="offset points", ha="right", fontsize=8, color="0.3")
+    power_tex = "" if float(power) == 1 else f"^{{{_tag(float(power))}}}"
     ax.set_xlabel("step")
-    ax.set_ylabel(f"$H_{{{_tag(float(q))}}} - \\log k$ (nats), $p\\propto\\sigma^{{{_tag(float(power))}}}$")
-    ax.set_title("singular-value entropy during training (dashed: Gaussian matrix, same shape)", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_ylabel(f"$H_{{{_tag(float(q))}}} - \\log k$ (nats), $p\\propto\\sigma{power_tex}$")
+    ax.legend(fontsize=8, ncol=2)
     return ax
