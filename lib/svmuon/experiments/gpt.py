@@ -56,13 +56,15 @@ from svmuon.experiments._gpt_results import (  # noqa: F401 (the chapter's reade
     MEASURES, curves_frame, entropy_frame, final_entropy_by_kind, load, mean_se, runs_frame)
 
 NAME = "gpt"
-GRIDS = {
+GRIDS = {  # the study's (cpu, gpu): set from the pilot's choices (an arm that chose an end of its grid moved)
     "adamw": [1e-3, 2e-3, 4e-3, 8e-3],
-    "muon": [1e-3, 2e-3, 4e-3, 8e-3],  # in AdamW units: Muon's match_rms_adamw rule (liu2025moonlight)
-    "stiefel": [0.01, 0.02, 0.04, 0.08],  # spectral-norm step lengths
-    "stiefel-attention": [0.01, 0.02, 0.04, 0.08],
-    "fixed-entropy": [0.01, 0.02, 0.04, 0.08],
+    "muon": [2e-3, 4e-3, 8e-3, 1.6e-2],  # in AdamW units: Muon's match_rms_adamw rule (liu2025moonlight)
+    "stiefel": [0.005, 0.01, 0.02, 0.04],  # spectral-norm step lengths
+    "stiefel-attention": [0.005, 0.01, 0.02, 0.04],
+    "fixed-entropy": [0.005, 0.01, 0.02, 0.04],
 }
+PILOT_GRIDS = {"adamw": [1e-3, 2e-3, 4e-3, 8e-3], "muon": [1e-3, 2e-3, 4e-3, 8e-3], "stiefel": [0.01, 0.02, 0.04, 0.08],
+               "stiefel-attention": [0.01, 0.02, 0.04, 0.08], "fixed-entropy": [0.01, 0.02, 0.04, 0.08]}
 DELTAS = (0.0, 0.42, 1.2)  # δ = log k - h of the fixed-entropy runs, scope "all"; 0.42 ≈ 1 - γ (su2025entropy)
 SCOPE_DELTAS = (0.0, 0.42)  # the check: only attention, or only the MLP, fixed
 NEEDS_MUON = ("stiefel-attention", "fixed-entropy")
@@ -87,12 +89,31 @@ def _environment() -> dict[str, Any]:
     return dict(hardware(), date=date.today().isoformat(), svmuon=svmuon.__version__)
 
 
+def _finite(x: Any) -> Any:
+    """``x`` with every non-finite float replaced by ``None`` (JSON has no NaN)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def _dumps(doc: dict[str, Any]) -> str:
+    """Indented JSON with each run on one line (a run's curves and entropies are long columns)."""
+    doc = _finite(doc)
+    head = json.dumps({k: v for k, v in doc.items() if k != "runs"}, indent=1, allow_nan=False)
+    lines = ",\n".join("  " + json.dumps(r, separators=(",", ":"), allow_nan=False) for r in doc.get("runs", []))
+    return head[:-2] + ',\n "runs": [\n' + lines + "\n ]\n}\n"
+
+
 def _save(path: Path, doc: dict[str, Any]) -> None:
     """Atomic write: the data reach the disk before the rename, so a crash leaves the old or the new file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
-        f.write(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        f.write(_dumps(doc))
         f.flush()
         os.fsync(f.fileno())
     tmp.replace(path)
@@ -254,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     note = args.note if args.note is not None else (PILOT_NOTE if size_name == "pilot" else "")
     data = gt.load_data(size)
     for arm in args.arms:
-        doc = run_arm(arm, size_name, size, GRIDS[arm][1:3] if args.smoke else GRIDS[arm], folder, data,
+        grid = GRIDS[arm][1:3] if args.smoke else (PILOT_GRIDS if size_name == "pilot" else GRIDS)[arm]
+        doc = run_arm(arm, size_name, size, grid, folder, data,
                       seeds=args.seeds[:2] if args.smoke else args.seeds,
                       deltas=tuple(args.deltas[:2] if args.smoke else args.deltas),
                       scope_deltas=tuple(args.scope_deltas[:1] if args.smoke else args.scope_deltas),
