@@ -153,3 +153,22 @@ def test_smoke_every_arm_and_the_gpu_path_on_cpu(tmp_path):
                      "--output-dir", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "gpt-smoke-gpu-stiefel-attention.json").read_text())
     assert doc["config"]["amp"] and doc["config"]["recursive"] and not doc["runs"][0]["diverged"]
+
+
+@pytest.mark.parametrize("arm", ["adamw", "muon"])
+def test_a_diverging_run_is_recorded_as_diverged(arm, monkeypatch):
+    """A NaN loss at the third step: AdamW writes NaN weights (the train loss shows it), Muon refuses the
+    step (NonFiniteUpdateError); either way the run stops with diverged = True and no losses."""
+    size = gt.SIZES["smoke"]
+    data = gt.load_data(size)
+    real, calls = gt._loss, []
+
+    def poisoned(model, X, Y, amp):
+        loss = real(model, X, Y, amp)
+        calls.append(1)
+        return loss * math.nan if model.training and len(calls) == 4 else loss  # call 1: the step-0 evaluation
+
+    monkeypatch.setattr(gt, "_loss", poisoned)
+    r = gt.train(arm, data, size, 4e-3, seed=0)
+    assert r["diverged"] and r["val_loss"] is None and r["test_loss"] is None and r["steps"] == 3
+    json.dumps(r, allow_nan=False)  # storable: no NaN left in the record

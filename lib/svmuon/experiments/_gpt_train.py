@@ -245,12 +245,35 @@ class _Clock:
         return out
 
 
+def _step(model: GPT, opts: dict[str, torch.optim.Optimizer], base: dict[str, list], X: torch.Tensor,
+          Y: torch.Tensor, factor: float, amp: bool, clock: _Clock) -> tuple[torch.Tensor, bool]:
+    """One training step at ``factor`` times the base rates: ``(loss, diverged)``, each optimizer timed alone."""
+    from svmuon.optim.plan import NonFiniteUpdateError
+
+    for role, o in opts.items():
+        for g, b in zip(o.param_groups, base[role]):
+            g["lr"] = b * factor
+        o.zero_grad(set_to_none=True)
+
+    def forward_backward() -> torch.Tensor:
+        loss = _loss(model, X, Y, amp)
+        loss.backward()
+        return loss.detach()
+
+    loss = clock("forward_backward", forward_backward)
+    try:
+        for role, o in opts.items():
+            clock(f"optimizer_{role}", o.step)
+    except NonFiniteUpdateError:  # nothing was written; the run stops here as diverged
+        return loss, True
+    return loss, False
+
+
 def train(arm: str, data: dict[str, Any], size: Size, lr: float, seed: int, *, delta: float = 0.0,
           scope: str = "all", muon_lr: float | None = None, progress: bool = False) -> dict[str, Any]:
     """One run: ``size.steps`` AdamW/Muon/ManifoldMuon steps; the learning curve against steps and training
     seconds, the time of the forward-backward pass and of each optimizer, the monitored entropies, the final
     validation and test losses (``None`` for a run that diverged)."""
-    from svmuon.optim.plan import NonFiniteUpdateError
     from svmuon.spectral.monitor import EntropyMonitor
 
     device = torch.device(size.device)
@@ -261,28 +284,13 @@ def train(arm: str, data: dict[str, Any], size: Size, lr: float, seed: int, *, d
     Xv, Yv = (t.to(device) for t in windows(data["val"], size.val_windows, T))
     monitor = EntropyMonitor(model.matrices(), every=size.monitor_every)
     gen = torch.Generator().manual_seed(seed + 1000)  # the same batches for every arm at a seed
-    clock, curve, run_loss, diverged = _Clock(device), [], [], False
+    clock, curve, run_loss = _Clock(device), [], []
     monitor.record(0)
     curve.append({"step": 0, "time_s": 0.0, "val_loss": evaluate(model, Xv, Yv, size.amp), "train_loss": None})
     label = f"{arm} lr={lr:g} s={seed}" + (f" δ={delta:g} {scope}" if arm == "fixed-entropy" else "")
     for step in tqdm(range(size.steps), desc=label, leave=False, disable=not progress):
         X, Y = (t.to(device) for t in random_batch(data["train"], size.batch, T, gen))
-        for role, o in opts.items():
-            for g, b in zip(o.param_groups, base[role]):
-                g["lr"] = b * lr_factor(step, size)
-            o.zero_grad(set_to_none=True)
-
-        def forward_backward() -> torch.Tensor:
-            loss = _loss(model, X, Y, size.amp)
-            loss.backward()
-            return loss.detach()
-
-        loss = clock("forward_backward", forward_backward)
-        try:
-            for role, o in opts.items():
-                clock(f"optimizer_{role}", o.step)
-        except NonFiniteUpdateError:
-            diverged = True
+        loss, diverged = _step(model, opts, base, X, Y, lr_factor(step, size), size.amp, clock)
         run_loss.append(loss)
         done = step + 1
         if not monitor.step(done) and done == size.steps:
@@ -292,10 +300,10 @@ def train(arm: str, data: dict[str, Any], size: Size, lr: float, seed: int, *, d
             run_loss = []
             diverged = diverged or not math.isfinite(train_loss)
             val = None if diverged else evaluate(model, Xv, Yv, size.amp)
+            diverged = diverged or not math.isfinite(val)
             curve.append({"step": done, "time_s": sum(clock.seconds.values()), "val_loss": val,
                           "train_loss": train_loss if math.isfinite(train_loss) else None})
-            if diverged or val is None or not math.isfinite(val):
-                diverged = True
+            if diverged:
                 break
     return _summary(model, opts, data, size, clock, curve, monitor, diverged, arm=arm, lr=lr, seed=seed,
                     delta=delta, scope=scope, muon_lr=muon_lr)
