@@ -305,13 +305,15 @@ def plot_entropy_frame(df: pd.DataFrame, *, q: float = 1, power: float = 1, by: 
                   group=df["name"].map(by) if by is not None else df["name"])
     for label, g in d.groupby("group", sort=False):
         ax.plot(*zip(*g.groupby("step")["gap"].mean().items()), marker=".", label=str(label))
-    refs = d.drop_duplicates(["m", "n"])
-    for ref, m, n in zip(refs["ref"], refs["m"], refs["n"]):  # one dashed line per shape
+    refs: dict[float, list[str]] = {}  # one dashed line per value (m × n and n × m share one)
+    for ref, m, n in d.drop_duplicates(["m", "n"])[["ref", "m", "n"]].itertuples(index=False):
+        refs.setdefault(round(float(ref), 9), []).append(f"{m}×{n}")
+    for ref, shapes in refs.items():
         ax.axhline(ref, color="0.4", ls="--", lw=0.8)
-        ax.annotate(f"Gaussian {m}×{n}", (1.0, ref), xycoords=("axes fraction", "data"), xytext=(-4, 3),
-                    textcoords="offset points", ha="right", fontsize=8, color="0.3")
+        ax.annotate("Gaussian " + ", ".join(shapes), (1.0, ref), xycoords=("axes fraction", "data"),
+                    xytext=(-4, 3), textcoords="offset points", ha="right", fontsize=8, color="0.3")
     power_tex = "" if float(power) == 1 else f"^{{{_tag(float(power))}}}"
     ax.set_xlabel("step")
     ax.set_ylabel(f"$H_{{{_tag(float(q))}}} - \\log k$ (nats), $p\\propto\\sigma{power_tex}$")
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # off the curves
     return ax
