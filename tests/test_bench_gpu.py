@@ -24,8 +24,10 @@ def test_smoke_json_has_the_fields(smoke_result):
     for key in ("gpu", "driver", "torch", "cuda", "date"):
         assert key in res["device_info"]
     assert res["device_info"]["torch"] == torch.__version__
-    for key in ("matmul", "msign", "grouping", "compile", "step", "drift", "goals"):
-        assert key in res and not (isinstance(res[key], dict) and "error" in res[key]), res.get(key)
+    for key in ("matmul", "msign", "grouping", "compile", "step", "drift", "goals"):  # every section ran
+        assert key in res and not (isinstance(res[key], dict) and ({"error", "skipped"} & set(res[key]))), res.get(key)
+    assert res["compile"]["backend"] == "eager" and res["compile"]["compiled_s"] > 0  # issue 19: KeyError 'steps'
+
     assert [r["n"] for r in res["msign"]] == gpu.SMOKE["msign_sizes"]
     assert set(res["goals"]) == set(gpu.GOALS)
     row = res["step"][0]
@@ -59,6 +61,22 @@ def test_a_failing_section_is_recorded_and_the_others_run():
     goals = gpu._goals({"msign": res["bad"], "step": [], "drift": {"max_error": 2e-5}})
     assert goals["msign_fraction_of_matmul_at_4096"]["met"] is None
     assert goals["drift_max"] == {"goal": 1e-5, "value": 2e-5, "met": False}
+
+
+def test_a_failing_section_fails_the_command(tmp_path, monkeypatch, capsys):
+    """Every section is replaced by a stub (fast); one raises: its error is recorded, the others still run,
+    and the exit status is 1."""
+    monkeypatch.setattr(gpu, "bench_matmul", lambda *a, **k: {"n": 1, "tflops": 1.0})
+    monkeypatch.setattr(gpu, "bench_msign", lambda *a, **k: [])
+    monkeypatch.setattr(gpu, "bench_grouping", lambda *a, **k: {"loop_over_batched": 1.0})
+    monkeypatch.setattr(gpu, "bench_compile", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(gpu, "bench_steps", lambda *a, **k: [])
+    monkeypatch.setattr(gpu, "bench_drift", lambda *a, **k: {"max_error": 0.0})
+    path = tmp_path / "g.json"
+    assert gpu.main(["--smoke", "--output", str(path)]) == 1
+    res = json.loads(path.read_text())["results"]
+    assert res["compile"] == {"error": "ZeroDivisionError: division by zero"} and res["drift"] == {"max_error": 0.0}
+    assert "compile" in capsys.readouterr().out
 
 
 def test_bad_option_is_refused(capsys):

@@ -20,7 +20,7 @@ def test_baseline_is_correct():
 
 def test_benchmark_runs_and_writes_json(tmp_path):
     out = tmp_path / "mc.json"
-    assert bench_main(["monte-carlo", "--sizes", "16", "32", "--work", "8192", "--repeats", "1", "--output", str(out)]) == 0
+    assert bench_main(["monte-carlo", "--smoke", "--output", str(out)]) == 0  # sizes 16 32, work 8192, 1 repeat
     data = json.loads(out.read_text())
     assert data["benchmark"] == "monte-carlo" and "processor" in data["hardware"]
     rows = data["results"]

@@ -13,8 +13,7 @@ from svmuon.bench import msign as bench
 @pytest.mark.slow  # an SVD and three schedules, timed, plus a torch.optim.Muon step in bf16: ~10 s
 def test_bench_msign_smoke(tmp_path, capsys):
     out = tmp_path / "msign.json"
-    assert bench.main(["--sizes", "32", "--muon-sizes", "16", "--repeats", "1", "--device", "cpu",
-                       "--output", str(out)]) == 0
+    assert bench.main(["--smoke", "--sizes", "32", "--output", str(out)]) == 0  # Muon at 8, one repeat, CPU
     data = json.loads(out.read_text())
     row = data["results"]["sizes"][0]
     assert row["n"] == 32 and data["hardware"]["torch"]

@@ -13,7 +13,7 @@ from svmuon.bench import muon_step
 @pytest.mark.slow  # the import-time measurement starts a fresh interpreter that imports torch (~5-10 s)
 def test_bench_muon_step_smoke(tmp_path):
     out = tmp_path / "m.json"
-    assert muon_step.main(["--n", "16", "--rounds", "2", "--output", str(out)]) == 0
+    assert muon_step.main(["--smoke", "--output", str(out)]) == 0  # n = 16, two rounds, every section
     data = json.loads(out.read_text())
     step = data["results"]["step"]
     assert step["host_syncs_per_step"] == {"Muon": 1, "OrthogonalMuon": 1, "torch.optim.Muon": 0}

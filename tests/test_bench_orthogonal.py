@@ -12,8 +12,7 @@ from svmuon.bench import orthogonal
 @pytest.mark.slow  # imports geoopt and runs four optimizers (~10 s on the shared 2-core machine)
 def test_bench_orthogonal_smoke(tmp_path):
     out = tmp_path / "o.json"
-    assert orthogonal.main(["--sizes", "8", "--count", "2", "--repeats", "1", "--rounds", "2",
-                            "--output", str(out)]) == 0
+    assert orthogonal.main(["--smoke", "--output", str(out)]) == 0  # n = 8, two matrices, two rounds
     data = json.loads(out.read_text())
     assert data["benchmark"] == "orthogonal" and data["goal"] == "orthogonal_muon/muon <= 1.3"
     rows = data["results"]
@@ -21,4 +20,6 @@ def test_bench_orthogonal_smoke(tmp_path):
     for r in rows:
         for key in ("muon", "orthogonal_muon", "orthogonal_muon_no_correction", "geoopt_rsgd"):
             assert r[key] > 0
+        if r["schedule"] == "keller_jordan":  # the CUDA-only baseline runs on the CPU in a smoke run
+            assert r["torch_muon"] > 0 and r["orthogonal_muon/torch_muon"] > 0
         assert abs(r["orthogonal_muon/muon"] - r["orthogonal_muon"] / r["muon"]) < 1e-12

@@ -12,8 +12,7 @@ from svmuon.bench import stiefel
 @pytest.mark.slow  # ~8 s: every solver, cold and warm, plus optimizer steps
 def test_bench_stiefel_smoke(tmp_path):
     out = tmp_path / "s.json"
-    assert stiefel.main(["--shapes", "12x4", "--ratio-shapes", "12x4", "--repeats", "1", "--ratio-steps", "2",
-                         "--output", str(out)]) == 0
+    assert stiefel.main(["--smoke", "--output", str(out)]) == 0  # 12x4, one repeat, two timed steps
     data = json.loads(out.read_text())
     assert data["benchmark"] == "stiefel"
     rows = data["results"]["solvers"]

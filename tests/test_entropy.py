@@ -560,3 +560,35 @@ def test_ranks_and_entropies_for_entries_near_the_largest_float(dtype, gen):
         p = s**power / (s**power).sum()
         expected = mp_renyi(p.numpy(), q)
         assert float(singular_value_entropy(W, q, power)) == pytest.approx(expected, rel=rel)
+
+
+# ------------------------------------------------------------------ issue 19: orders at the ends of the range
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("q", [1e-46, 1e-300, 5e-324])
+def test_a_tiny_order_gives_the_log_of_the_support_size(dtype, q):
+    """q below float32's smallest subnormal (1.4e-45) rounded to 0 in the kernel and 0 · log 0 gave NaN.
+    Expected (mpmath, 50 digits): H_q = log #support + O(q), here log 2 exactly for the uniform support and
+    log 3 to ~q for the other."""
+    p = torch.tensor([0.5, 0.5, 0.0], dtype=dtype)
+    assert float(renyi_entropy(p, q)) == pytest.approx(math.log(2), abs=4 * torch.finfo(dtype).eps)
+    p = torch.tensor([0.7, 0.2, 0.1, 0.0], dtype=dtype)
+    assert float(renyi_entropy(p, q)) == pytest.approx(mp_renyi(p.double().numpy(), q), abs=4 * torch.finfo(dtype).eps)
+    rank1 = torch.zeros(4, 3, dtype=dtype)
+    rank1[0, 0] = 2.0
+    assert float(singular_value_entropy(rank1, q=q)) == 0.0  # one singular value: log 1
+    s = torch.tensor([3.0, 1.0], dtype=torch.float64)
+    W = torch.diag(s).to(dtype)
+    assert float(singular_value_entropy(W, q=q)) == pytest.approx(mp_renyi((s / s.sum()).numpy(), q),
+                                                                  abs=4 * torch.finfo(dtype).eps)
+
+
+def test_an_order_beyond_the_float_range_is_infinity_and_a_negative_one_is_named():
+    """q = 10**400 (an int float() cannot hold) raised "int too large to convert to float", not naming q.
+    H_q - H_inf is below log k / (q - 1) < 1e-399 there: the min-entropy -log max p (analysis)."""
+    p = torch.tensor([0.7, 0.3], dtype=torch.float64)
+    assert float(renyi_entropy(p, 10**400)) == pytest.approx(-math.log(0.7), abs=1e-15)
+    with pytest.raises(ValueError, match="q must be"):
+        renyi_entropy(p, -10**400)
+    with pytest.raises(ValueError, match="q must be"):
+        singular_value_entropy(torch.eye(2), q=-10**400)

@@ -11,6 +11,7 @@ import torch
 
 from svmuon.experiments import __main__ as cli
 from svmuon.experiments import digits_training as dt
+from svmuon.experiments.runs import load_digits
 
 TINY = ["--epochs", "1", "--batch-size", "256", "--adamw-lrs", "1e-3", "--muon-lrs", "1e-2",
         "--tune-seeds", "0", "--seeds", "3", "--log-every", "2", "--no-progress"]
@@ -48,7 +49,7 @@ def test_command_runs_and_is_reproducible(tmp_path):
 
 @pytest.mark.slow  # two short training runs, ~3 s alone and ~6 s on the busy 2-core machine
 def test_both_optimizers_learn():
-    data = dt.load_data(0)
+    data = load_digits(0)
     cfg = {**dt.DEFAULTS, "epochs": 2, "log_every": 10**6}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small matmuls: threads only add overhead (restored below)
@@ -77,14 +78,23 @@ def test_muon_split_and_bad_method():
         dt.make_optimizers(model, "sgd", 0.1, adamw_lr=adamw_lr, weight_decay=0.0)
 
 
-def test_data_split_is_disjoint_and_stratified():
-    data = dt.load_data(0)
-    sizes = {k: len(v[1]) for k, v in data.items()}
-    assert sum(sizes.values()) == 1797 and sizes["test"] == 360
-    for _, y in data.values():
-        assert set(torch.unique(y).tolist()) == set(range(10))
-
-
 def test_bad_cli_arguments(tmp_path):
     with pytest.raises(SystemExit):
         dt.main(["--epochs", "0", "--output", str(tmp_path / "x.json")])
+
+
+@pytest.mark.slow  # two one-epoch tuning runs and two final runs: ~4 s
+def test_one_epoch_runs_and_the_summary_reads_the_final_entropies(tmp_path):
+    """``--epochs 1`` with ``--log-every`` larger than the run (issue 19: KeyError dH_p1 after the run): the
+    summary is the mean of each run's final entropies, whatever the trajectory holds."""
+    out = tmp_path / "d.json"
+    assert dt.main([*TINY, "--seeds", "3", "4", "--log-every", "1000", "--output", str(out)]) == 0
+    data = json.loads(out.read_text())
+    for method, runs in data["runs"].items():
+        assert [t["step"] for t in runs[0]["trajectory"]] == [0]  # no record after step 0
+        for k in dt.MATRICES:
+            for key in ("H_p1", "dH_p2"):
+                values = [r["final_entropies"][k][key] for r in runs]
+                summary = data["summary"][method][f"{k}/{key}"]
+                assert summary["mean"] == pytest.approx(sum(values) / 2, rel=1e-15)  # mean of two numbers
+                assert summary["std"] == pytest.approx(abs(values[0] - values[1]) / math.sqrt(2), rel=1e-12)

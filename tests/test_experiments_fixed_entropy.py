@@ -44,9 +44,12 @@ def test_text_corpus_is_the_standard_library_offline():
     assert info["files"] >= 1 and info["first"].endswith(".py")
 
 
-def test_smoke_run_writes_results_and_resumes(tmp_path):
+@pytest.mark.slow  # two smoke runs of the digits task: ~15 s on the busy 2-core machine
+def test_smoke_runs_write_results_and_a_second_replaces_the_first(tmp_path):
+    """Issue 19: two ``--smoke`` runs on one --output-dir (seeds 0 and 1) both exit 0 and the file keeps only
+    seed 1's runs (a smoke run starts afresh: it is a test of the script, not a resumable sweep)."""
     torch.set_num_threads(1)
-    assert fe.main(["--smoke", "--tasks", "digits", "--output-dir", str(tmp_path)]) == 0
+    assert fe.main(["--smoke", "--tasks", "digits", "--seeds", "0", "--output-dir", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "fixed-entropy-digits.json").read_text())
     methods = sorted(r["method"] for r in doc["runs"])
     assert methods == ["adamw", "level_set", "muon", "orthogonal", "shape"]
@@ -55,10 +58,59 @@ def test_smoke_run_writes_results_and_resumes(tmp_path):
         if r["method"] in ("shape", "level_set"):
             assert r["max_entropy_error"] < 1e-5  # float32 weights: σ exact, U and V orthonormal to ~1e-6
     assert {"date", "torch", "cpu_count"} <= set(doc["environment"])
-    stamp = (tmp_path / "fixed-entropy-digits.json").stat().st_mtime_ns
-    assert fe.main(["--smoke", "--tasks", "digits", "--output-dir", str(tmp_path)]) == 0  # nothing left to run
+    assert fe.main(["--smoke", "--tasks", "digits", "--seeds", "1", "--output-dir", str(tmp_path)]) == 0
     doc2 = json.loads((tmp_path / "fixed-entropy-digits.json").read_text())
-    assert len(doc2["runs"]) == len(doc["runs"]) and stamp > 0
+    assert sorted(r["method"] for r in doc2["runs"]) == methods and {r["seed"] for r in doc2["runs"]} == {1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fixed-entropy-digits.json"]  # no lock or temporary file
+
+
+@pytest.mark.slow  # two interpreters (torch imports) and two smoke runs, one after the other: ~40 s
+def test_concurrent_smoke_runs_are_serialised_by_the_lock(tmp_path):
+    """The second run starts while the first holds the file's lock: it waits (and says so), then replaces the
+    file; both exit 0 and the file holds seed 1's runs only."""
+    import fcntl
+    import os
+    import subprocess
+    import sys
+    import time
+
+    cmd = [sys.executable, "-m", "svmuon.experiments", "fixed-entropy", "--smoke", "--tasks", "digits",
+           "--output-dir", str(tmp_path), "--seeds"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen([*cmd, "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    lock = tmp_path / "fixed-entropy-digits.json.lock"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # wait until the first run holds the lock
+        if lock.exists():
+            with open(lock) as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(f, fcntl.LOCK_UN)
+                except BlockingIOError:
+                    break
+        time.sleep(0.05)
+    else:
+        first.kill()
+        pytest.fail("the first run never took the lock")
+    second = subprocess.run([*cmd, "1"], capture_output=True, text=True, env=env, timeout=600)
+    out, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err[-2000:]
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "another run is writing it" in second.stderr
+    doc = json.loads((tmp_path / "fixed-entropy-digits.json").read_text())
+    assert {r["seed"] for r in doc["runs"]} == {1} and len(doc["runs"]) == 5
+
+
+def test_smoke_never_overwrites_a_full_sweep(tmp_path, capsys):
+    path = tmp_path / "fixed-entropy-digits.json"
+    full = {"experiment": fe.NAME, "task": "digits", "config": fe.TASKS["digits"], "grids": fe.GRIDS,
+            "other_lr": fe.OTHER_LR, "settings": {"epochs": None, "steps_per_epoch": None, "tune": True,
+                                                   "chars": fe.TEXT_CHARS}, "runs": []}
+    path.write_text(json.dumps(full))
+    with pytest.raises(SystemExit) as info:
+        fe.main(["--smoke", "--tasks", "digits", "--output-dir", str(tmp_path)])
+    assert info.value.code == 2 and "settings" in capsys.readouterr().err
+    assert path.read_text() == json.dumps(full)  # untouched
 
 
 def test_smoke_refuses_to_overwrite_recorded_results(capsys):

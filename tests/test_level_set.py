@@ -17,7 +17,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from svmuon import shannon_entropy, singular_value_entropy
+from svmuon import Stiefel, shannon_entropy, singular_value_entropy
 from svmuon.spectral.level_set import spectrum_with_entropy, tempered_softmax
 
 # float64 root found by Newton in a bracket: the entropy gap is far below 1e-10 nats (measured ~1e-11 at worst
@@ -78,8 +78,8 @@ def test_spectrum_gives_the_matrix_its_entropy(power):
     g = torch.Generator().manual_seed(0)
     z = torch.randn(10, generator=g, dtype=torch.float64)
     sigma = spectrum_with_entropy(z, 1.7, scale=3.0, power=power)
-    U = torch.linalg.qr(torch.randn(20, 10, generator=g, dtype=torch.float64))[0]
-    V = torch.linalg.qr(torch.randn(15, 10, generator=g, dtype=torch.float64))[0]
+    U = Stiefel().random(20, 10, generator=g, dtype=torch.float64)
+    V = Stiefel().random(15, 10, generator=g, dtype=torch.float64)
     W = U @ torch.diag(sigma) @ V.T
     assert abs(float(singular_value_entropy(W, power=power)) - 1.7) < 1e-10
 
@@ -232,3 +232,52 @@ def test_float32_log_k_target_and_clear_messages():
         tempered_softmax(z, 10**400)
     with pytest.raises(ValueError, match="not reachable"):  # still refused beyond float32 rounding
         tempered_softmax(z, torch.tensor([0.5, math.log(2) + 1e-5], dtype=torch.float32))
+
+
+def _mp_entropy_of(sigma: np.ndarray, power: float) -> float:
+    """H(σ^r / Σσ^r) at 50 digits, keeping every σ_i > 0 (mpmath: no underflow of σ^r)."""
+    import mpmath
+
+    mpmath.mp.dps = 50
+    w = [mpmath.mpf(float(x)) ** power for x in sigma if x > 0]
+    s = mpmath.fsum(w)
+    return float(-mpmath.fsum((x / s) * mpmath.log(x / s) for x in w))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("power", [0.5, 1, 2, 10, 1e3])
+def test_accepted_powers_give_matrices_of_entropy_h(dtype, power):
+    """Issue 19: the spectrum of every accepted power carries h, checked on the matrix U diag(σ) Vᵀ (the SVD
+    route of singular_value_entropy) and on σ itself with mpmath. Bound: sqrt(eps) of the dtype, the function's
+    own acceptance test (rounding σ costs ~power·eps·Σp|log p + h|: 1e-13 at power 1e3 in float64)."""
+    gen = torch.Generator().manual_seed(0)
+    z = torch.randn(10, generator=gen, dtype=torch.float64)
+    sigma = spectrum_with_entropy(z.to(dtype), 1.7, power=power)
+    tol = math.sqrt(torch.finfo(dtype).eps)
+    assert _mp_entropy_of(sigma.double().numpy(), power) == pytest.approx(1.7, abs=tol)
+    U, V = (Stiefel().random(n, 10, generator=gen, dtype=torch.float64) for n in (12, 10))
+    W = (U * sigma.double()) @ V.T
+    assert float(singular_value_entropy(W, power=power)) == pytest.approx(1.7, abs=tol)
+
+
+@pytest.mark.parametrize(("dtype", "power"), [(torch.float64, 1e-3), (torch.float64, 0.05), (torch.float64, 1e300),
+                                              (torch.float32, 0.2), (torch.float32, 1e6)])
+def test_powers_the_dtype_cannot_carry_are_refused(dtype, power):
+    """Issue 19: power 1e-3 or 1e300 returned spectra whose entropy is not h, without an error. The refusal is
+    needed: the spectrum the formula gives (σ = p^(1/power), rounded to the dtype) has, as a matrix, another
+    entropy (SVD route), or underflows altogether."""
+    z = torch.randn(10, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype)
+    with pytest.raises(ValueError, match=r"power = .* cannot carry this spectrum.*between about"):
+        spectrum_with_entropy(z, 1.7, power=power)
+    sigma = tempered_softmax(z, 1.7) ** (1.0 / power)
+    if bool(sigma.max() > 0):
+        H = float(singular_value_entropy(torch.diag(sigma.double()), power=power))  # the SVD keeps what the dtype has
+        H_dtype = float(singular_value_entropy(torch.diag(sigma), power=power))
+        assert abs(H - 1.7) > math.sqrt(torch.finfo(dtype).eps) or abs(H_dtype - 1.7) > math.sqrt(torch.finfo(dtype).eps)
+    else:
+        assert power < 0.01  # p^(1/power) underflowed to 0 everywhere
+
+
+def test_the_uniform_spectrum_takes_any_power():
+    sigma = spectrum_with_entropy(torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64), math.log(3), power=1e300)
+    assert torch.equal(sigma, torch.ones(3, dtype=torch.float64))

@@ -59,7 +59,8 @@ def test_keller_jordan_drifts_without_correction_and_not_with_it(gen):
 
 
 def test_one_step_matches_formula(gen):
-    # momentum as torch.optim.Muon, then W(I - ηO)(I - OᵀO + OᵀO/√(1+η²)) built here from msign directly
+    # tangent momentum (the buffer B = P_W(μB + (1-μ)g) at the point before the step, U = (1-μ)g + μ(μB + (1-μ)g)),
+    # then W(I - ηO)(I - OᵀO + OᵀO/√(1+η²)), O = msign([WᵀU]_skew), built here from msign directly
     (W,) = _params(gen, torch.float64, shapes=((3, 3),))
     W0 = W.detach().clone()
     opt = OrthogonalMuon([W], lr=0.2, momentum=0.8, nesterov=True, msign_method="svd", polar_every=0)
@@ -73,6 +74,8 @@ def test_one_step_matches_formula(gen):
     I = torch.eye(3, dtype=torch.float64)
     W1 = W0 @ (I - 0.2 * O) @ (I - P + P / math.sqrt(1 + 0.2**2))
     torch.testing.assert_close(W.detach(), W1, rtol=0, atol=1e-13)
+    B = W0 @ skew(W0.T @ B)  # kept tangent at W0, the point it was made at
+    torch.testing.assert_close(opt.state[W]["momentum_buffer"], B, rtol=0, atol=1e-15)
     W.grad = g2
     opt.step()
     B = 0.8 * B + 0.2 * g2
@@ -209,11 +212,11 @@ class CountingOrthogonal(Orthogonal):
 
     state_keys = ("X",)
 
-    def _init_state(self, W):
+    def init_state(self, W):
         return {"X": torch.zeros(W.shape[0], W.shape[-1], W.shape[-1], dtype=W.dtype, device=W.device)}
 
-    def _direction(self, W, U, orthogonalize, state):
-        d = super()._direction(W, U, orthogonalize, state)
+    def direction(self, W, U, orthogonalize, state):
+        d = super().direction(W, U, orthogonalize, state)
         iterations = torch.full((W.shape[0],), 7.0, dtype=W.dtype)
         return d._replace(state={"X": state["X"] + 1}, info={"iterations": iterations})
 
@@ -221,11 +224,8 @@ class CountingOrthogonal(Orthogonal):
 class TransposedOrthogonal(Orthogonal):
     """O(n) whose kernels work on Wᵀ (a canonical form that differs from the stored one)."""
 
-    def _to_canonical(self, X):
-        return X.mT
-
-    def _from_canonical(self, X):
-        return X.mT
+    def transposed(self, shape):
+        return True
 
 
 def test_manifold_muon_is_orthogonal_muon(gen):

@@ -17,7 +17,7 @@ import pytest
 import scipy.linalg
 import torch
 
-from svmuon import Orthogonal, msign
+from svmuon import Orthogonal, Stiefel, msign
 
 F64 = torch.float64
 H = 1e-6
@@ -52,7 +52,7 @@ def _polar_any(X):
 
 
 def _cases(gen):
-    Q4, _ = torch.linalg.qr(torch.randn(4, 4, generator=gen, dtype=F64))
+    Q4 = Orthogonal().random(4, 4, generator=gen, dtype=F64)
     return {
         "random square": _with_spectrum([2.0, 1.3, 0.7, 0.3], 4, 4, gen),
         "orthogonal": Q4,  # all singular values equal: torch's SVD backward is NaN here
@@ -80,7 +80,7 @@ def test_msign_gradient_matches_finite_differences(case, gen):
 
 def test_torch_svd_backward_is_nan_at_orthogonal_matrices_and_ours_is_not(gen):
     """The reason for the custom backward: differentiating U Vᵀ through torch.linalg.svd divides by 0."""
-    Q, _ = torch.linalg.qr(torch.randn(4, 4, generator=gen, dtype=F64))
+    Q = Orthogonal().random(4, 4, generator=gen, dtype=F64)
     Xr = Q.clone().requires_grad_()
     U, _, Vh = torch.linalg.svd(Xr)
     (U @ Vh).pow(3).sum().backward()
@@ -102,7 +102,7 @@ def test_gradcheck_repeated_singular_values(case, gen):
 
 
 def test_batched_gradient_equals_per_matrix_gradients(gen):
-    Q, _ = torch.linalg.qr(torch.randn(2, 3, 5, 4, generator=gen, dtype=F64))  # batch of tall isometries
+    Q = Stiefel().random(2, 3, 5, 4, generator=gen, dtype=F64)  # batch of tall isometries
     X = torch.cat([Q, torch.randn(2, 3, 5, 4, generator=gen, dtype=F64)], dim=1)
     C = torch.randn(X.shape, generator=gen, dtype=F64)
     g = _grad(msign, X, C)
@@ -116,7 +116,7 @@ def test_batched_gradient_equals_per_matrix_gradients(gen):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_low_precision_gradient_at_orthogonal_matrix(dtype, gen):
-    Q, _ = torch.linalg.qr(torch.randn(5, 5, generator=gen, dtype=F64))
+    Q = Orthogonal().random(5, 5, generator=gen, dtype=F64)
     C = torch.randn(5, 5, generator=gen, dtype=F64)
     expected = _grad(msign, Q, C)
     g = _grad(msign, Q.to(dtype), C.to(dtype))
@@ -182,7 +182,7 @@ def test_project_gradcheck_and_finite_differences(gen):
     M = Orthogonal()
     W = torch.randn(2, 4, 4, generator=gen, dtype=F64, requires_grad=True)
     assert torch.autograd.gradcheck(M.project, (W,), eps=1e-6, atol=1e-7, rtol=1e-6)
-    Q, _ = torch.linalg.qr(torch.randn(4, 4, generator=gen, dtype=F64))
+    Q = M.random(4, 4, generator=gen, dtype=F64)
     C = torch.randn(4, 4, generator=gen, dtype=F64)
     g = _grad(M.project, Q, C)
     for _ in range(3):
@@ -270,8 +270,8 @@ def test_newton_schulz_route_keeps_plain_autograd(gen):
 @pytest.mark.parametrize("rcond", [np.float64(1e-3), np.float32(1e-3), np.float16(1e-3), 1e-3])
 def test_rcond_numpy_scalars(rcond, gen):
     # singular values 1, 0.5, 2e-3, 5e-4: the cutoff 1e-3 (any of these spellings) keeps the first three
-    U, _ = torch.linalg.qr(torch.randn(6, 4, generator=gen, dtype=F64))
-    V, _ = torch.linalg.qr(torch.randn(4, 4, generator=gen, dtype=F64))
+    U = Stiefel().random(6, 4, generator=gen, dtype=F64)
+    V = Orthogonal().random(4, 4, generator=gen, dtype=F64)
     G = (U * torch.tensor([1.0, 0.5, 2e-3, 5e-4], dtype=F64)) @ V.T
     expected = U[:, :3] @ V[:, :3].T  # from the construction, not from msign
     torch.testing.assert_close(msign(G, rcond=rcond), expected, rtol=0, atol=1e-12)

@@ -533,7 +533,7 @@ def test_functional_refuses_lists_of_unequal_length():
         functional.muon(params, [torch.randn(4, 4)], [torch.zeros(4, 4)] * 2, lr=0.1, weight_decay=0.0, momentum=0.9,
                         nesterov=True, orthogonalize=orth, eps=1e-7, adjust_lr_fn=None)
     assert all(torch.equal(p, b) for p, b in zip(params, before))
-    Q = torch.linalg.qr(torch.randn(4, 4, dtype=torch.float64))[0]
+    Q = Orthogonal().random(4, 4, dtype=torch.float64)
     with pytest.raises(ValueError, match="equal lengths"):
         functional.manifold_muon([Q.clone()], [torch.randn(4, 4, dtype=torch.float64)], [torch.zeros(4, 4)], [{}, {}],
                                  lr=0.1, manifold=Orthogonal(), orthogonalize=orth, momentum=0.9, nesterov=True,

@@ -186,6 +186,35 @@ def test_large_q_does_not_overflow():
     assert gaussian_entropy_limit(1.0, q=q, power=2) == pytest.approx(-log_moment / (q - 1), rel=1e-9)
 
 
+@pytest.mark.parametrize("power", [1, 2])
+@pytest.mark.parametrize("q", [3.0, 700.0, 1e6, 1e10, 1e15, 1e100, 1e300])
+def test_every_large_q_is_accurate(q, power):
+    """Issue 19: q = 1e10 or 1e300 gave "math domain error" (E[(x/b)^q] underflowed in the quadrature).
+    Independent route at λ = 1: the moments of MP(1) are Γ(2s+1)/(Γ(s+1)Γ(s+2)) (Catalan numbers at integer s),
+    s = q·power/2, evaluated with mpmath at 50 digits; E[y] = E[x^(power/2)] likewise. The library's moment is
+    accurate to 1e-9 relative (its quadrature check), so H to 1e-9/(q - 1), plus float64 rounding of H."""
+    mp.mp.dps = 50
+    a, qm = mp.mpf(power) / 2, mp.mpf(q)
+
+    def log_moment(t):
+        return mp.loggamma(2 * t + 1) - mp.loggamma(t + 1) - mp.loggamma(t + 2)
+
+    expected = float((qm * log_moment(a) - log_moment(a * qm)) / (qm - 1))
+    value = gaussian_entropy_limit(1.0, q=q, power=power)
+    assert value == pytest.approx(expected, abs=1e-9 / (q - 1) + 4e-16)
+    assert value >= gaussian_entropy_limit(1.0, q=math.inf, power=power)  # non-increasing in q
+
+
+def test_large_q_agrees_with_the_direct_quadrature_for_every_aspect_ratio():
+    """Beyond λ = 1 there is no closed form at large q: against mpmath's quadrature of E[x^q] in x (q = 40,
+    where the direct integral is still well resolved) for λ = 0.25 and 0.04."""
+    for lam in (0.25, 0.04):
+        q = 40.0
+        expected = (q * math.log(_mp_expectation(lambda x: x**0.5, lam))
+                    - math.log(_mp_expectation(lambda x: x ** (q / 2), lam))) / (q - 1)
+        assert gaussian_entropy_limit(lam, q=q, power=1) == pytest.approx(expected, abs=QUAD_TOL)
+
+
 @pytest.mark.parametrize("g", [lambda x: 1 / x, lambda x: x**-0.5, lambda x: math.log(x) / x])
 def test_divergent_moment_is_an_error_not_a_number(g):
     # At λ = 1 the density is ~ 1/(π sqrt x) near 0, so these integrals are infinite; the old code returned

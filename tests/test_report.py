@@ -189,3 +189,38 @@ def test_close_orders_get_their_own_columns_and_repeats_are_refused():
             spectral_report({"w": W}, q=q)
     with pytest.raises(ValueError, match="power must not hold the same value twice"):
         spectral_report({"w": W}, power=(2, 2))
+
+
+# ------------------------------------------------------------------ issue 19: edge cases of the report
+
+def test_float32_weights_whose_top_singular_value_overflows():
+    """Finite float32 weights near the largest float (σ_1 ~ 1e39 overflows float32) raised "p must be finite";
+    singular_value_entropy handled the same matrix. Expected: NumPy's float64 SVD of the same entries (float64
+    holds σ_1), entropies from those singular values; float32 SVD accuracy, ATOL32."""
+    rng = np.random.default_rng(3)
+    W64 = rng.uniform(0.5, 1.0, size=(6, 4)) * 3e38
+    W = torch.tensor(W64, dtype=torch.float32)
+    s = np.linalg.svd(W.double().numpy(), compute_uv=False)
+    assert s[0] > np.finfo(np.float32).max  # the case: σ_1 beyond float32
+    row = spectral_report({"big": W}).iloc[0]
+    for q in (1, 2):
+        for power in (1, 2):
+            assert row[f"H_q{q}_p{power}"] == pytest.approx(_renyi(s, q, power), abs=ATOL32)
+    assert row["stable_rank"] == pytest.approx(float((s**2).sum() / s[0] ** 2), rel=ATOL32)
+
+
+def test_a_meta_device_model_is_named():
+    with pytest.raises(ValueError, match="'weight'.*meta device"):
+        spectral_report(torch.nn.Linear(4, 4, device="meta"))
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".SAFETENSORS", ".SafeTensors"])
+def test_safetensors_files_by_any_case_and_a_garbage_one_is_named(tmp_path, suffix):
+    """A garbage .safetensors raised SafetensorError without the file name; .SAFETENSORS went to torch.load."""
+    good = tmp_path / f"w{suffix}"
+    save_file({"w": _with_spectrum(S1, 12, 8, 0).float()}, str(good))
+    assert spectral_report(good)["H_q1_p1"].iloc[0] == pytest.approx(_renyi(S1, 1, 1), abs=ATOL32)
+    bad = tmp_path / f"bad{suffix}"
+    bad.write_bytes(b"not a safetensors file")
+    with pytest.raises(ValueError, match=rf"bad{suffix}.*not a readable safetensors file"):
+        spectral_report(bad)

@@ -29,11 +29,14 @@ pytestmark = [pytest.mark.slow,
 
 WORLD, STEPS, BATCH = 2, 3, 8
 DTYPE = torch.float64
-# float64; the runs differ only in the order of the gradient reduction (a few ulps per entry). The Newton
-# solver runs to 1e-12, so its output is a smooth function of the gradient up to that tolerance: differences of
-# ~1e-15 in G give ~1e-14 in the step. 1e-10 leaves room for a different number of Newton iterations near the
-# stopping threshold (each one changes Φ by at most the tolerance).
-ATOL = 1e-10
+SOLVERS = ("completion", "newton")
+# float64; the runs differ only in the order of the gradient reduction (a few ulps per entry). How much of that
+# reaches the parameters is the direction's sensitivity to its input, which the test measures on the single
+# process: the same run with every gradient perturbed by 4 ulps (relative 1e-15) moves the parameters by `moved`;
+# the distributed runs must agree with the single process within 10 moved (+ 1e-13 for the ulps themselves). For
+# Newton (to 1e-12) that is ~1e-14; the closed-form completion amplifies ulps more where G⊥ is nearly
+# rank-deficient (measured: ~1e-10 here), which is the conditioning of the problem, not of the parallel run.
+
 
 
 def _model() -> torch.nn.Sequential:
@@ -51,11 +54,16 @@ def _data() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(BATCH, 8, generator=gen, dtype=DTYPE), torch.randn(BATCH, 5, generator=gen, dtype=DTYPE)
 
 
-def _train(model, params, X, Y):
-    opt = ManifoldMuon(params, lr=0.1, momentum=0.9, manifold=Stiefel(tol=1e-12), msign_method="svd")
+def _train(model, params, X, Y, solver, perturb: float = 0.0):
+    params = list(params)
+    opt = ManifoldMuon(params, lr=0.1, momentum=0.9, manifold=Stiefel(solver=solver, tol=1e-12), msign_method="svd")
+    gen = torch.Generator().manual_seed(3)
     for _ in range(STEPS):
         opt.zero_grad()
         torch.nn.functional.mse_loss(model(X), Y).backward()
+        for p in params:
+            if perturb:
+                p.grad.mul_(1 + perturb * torch.randn(p.grad.shape, generator=gen, dtype=p.grad.dtype))
         opt.step()
 
 
@@ -66,26 +74,27 @@ def _worker(rank: int, port: int, outdir: str) -> None:
     results: dict = {}
     X, Y = (t.chunk(WORLD)[rank] for t in _data())
     try:
-        try:
-            model = _model()
-            _train(torch.nn.parallel.DistributedDataParallel(model), model.parameters(), X, Y)
-            results["ddp"] = [p.detach().clone() for p in model.parameters()]
-        except Exception:  # noqa: BLE001 - reported by the test
-            results["ddp"] = traceback.format_exc()
-        try:
-            from torch.distributed.device_mesh import init_device_mesh
-            from torch.distributed.fsdp import fully_shard
+        for solver in SOLVERS:
+            try:
+                model = _model()
+                _train(torch.nn.parallel.DistributedDataParallel(model), model.parameters(), X, Y, solver)
+                results["ddp", solver] = [p.detach().clone() for p in model.parameters()]
+            except Exception:  # noqa: BLE001 - reported by the test
+                results["ddp", solver] = traceback.format_exc()
+            try:
+                from torch.distributed.device_mesh import init_device_mesh
+                from torch.distributed.fsdp import fully_shard
 
-            model = _model()
-            mesh = init_device_mesh("cpu", (WORLD,))
-            for layer in (model[0], model[2]):
-                fully_shard(layer, mesh=mesh)
-            fully_shard(model, mesh=mesh)
-            assert all(is_dtensor(p) for p in model.parameters())
-            _train(model, model.parameters(), X, Y)
-            results["fsdp"] = [whole(p).detach().clone() for p in model.parameters()]
-        except Exception:  # noqa: BLE001
-            results["fsdp"] = traceback.format_exc()
+                model = _model()
+                mesh = init_device_mesh("cpu", (WORLD,))
+                for layer in (model[0], model[2]):
+                    fully_shard(layer, mesh=mesh)
+                fully_shard(model, mesh=mesh)
+                assert all(is_dtensor(p) for p in model.parameters())
+                _train(model, model.parameters(), X, Y, solver)
+                results["fsdp", solver] = [whole(p).detach().clone() for p in model.parameters()]
+            except Exception:  # noqa: BLE001
+                results["fsdp", solver] = traceback.format_exc()
         if rank == 0:
             torch.save(results, os.path.join(outdir, "results.pt"))
     finally:
@@ -106,12 +115,15 @@ def results():
         return torch.load(os.path.join(outdir, "results.pt"))
 
 
+@pytest.mark.parametrize("solver", SOLVERS)
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
-def test_matches_single_process(results, mode):
-    value = results[mode]
+def test_matches_single_process(results, mode, solver):
+    value = results[mode, solver]
     assert not isinstance(value, str), value
-    model = _model()
-    _train(model, model.parameters(), *_data())
+    model, nearby = _model(), _model()
+    _train(model, model.parameters(), *_data(), solver)
+    _train(nearby, nearby.parameters(), *_data(), solver, perturb=4 * torch.finfo(DTYPE).eps)
+    moved = max(float((p - q).abs().max()) for p, q in zip(model.parameters(), nearby.parameters()))
     for got, want in zip(value, model.parameters()):
-        assert float((got - want.detach()).abs().max()) <= ATOL
+        assert float((got - want.detach()).abs().max()) <= 10 * moved + 1e-13, moved
         assert float(Stiefel().defect(got)) <= 1e-12

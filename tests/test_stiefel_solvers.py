@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from svmuon.orthogonal import stiefel_solvers as ss
+from svmuon.orthogonal.stiefel import newton as nt
+from svmuon.orthogonal.stiefel import reduction as ss
 from svmuon.orthogonal.references import stiefel_direction_sdp
-from svmuon.orthogonal.stiefel_solvers import reduced_dual, stiefel_direction, tangent_residual
+from svmuon.orthogonal.stiefel import Stiefel, reduced_dual, stiefel_direction, tangent_residual
 
 
 def _point(rng, m, n):
@@ -84,7 +85,7 @@ def test_gradient_of_the_dual_is_sym_WtPhi():
 def test_hessian_vector_product_matches_differences_of_the_gradient():
     # eq-stiefel-hessian in the eigenbasis of M against central differences of the gradient (rel 1e-6 as above)
     torch.manual_seed(3)
-    W = torch.linalg.qr(torch.randn(12, 5, dtype=torch.float64))[0]
+    W = Stiefel().random(12, 5, dtype=torch.float64)  # from the global generator seeded above
     G = torch.randn(12, 5, dtype=torch.float64)
     red = ss._reduce(W, G)
     eps2 = torch.zeros(1, 1, dtype=torch.float64)
@@ -98,8 +99,8 @@ def test_hessian_vector_product_matches_differences_of_the_gradient():
 
     sp = ss._spectrum(Y, red, eps2, None)
     b = sp.V.mT @ (Y + red.K) @ sp.V
-    c, d = ss._hessian_parts(sp.s)
-    hv = sp.V @ ss._hessian_vector(sp.V.mT @ H1 @ sp.V, b, c, d) @ sp.V.mT
+    c, d = nt._hessian_parts(sp.s)
+    hv = sp.V @ nt._hessian_vector(sp.V.mT @ H1 @ sp.V, b, c, d) @ sp.V.mT
     h = 1e-6
     fd = (grad(Y + h * H1) - grad(Y - h * H1)) / (2 * h)
     assert float((H2 * hv).sum()) == pytest.approx(float((H2 * fd).sum()), rel=1e-6)
@@ -110,7 +111,7 @@ def test_hessian_vector_product_matches_differences_of_the_gradient():
 def test_newton_reaches_the_sdp_optimum(name):
     W, G = CASES[name]
     _, value = _sdp(W, G)
-    sol = stiefel_direction(W, G, tol=1e-9, max_iter=200)
+    sol = stiefel_direction(W, G, solver="newton", tol=1e-9, max_iter=200)
     Phi = sol.Phi
     # the hard targets: objective within 1e-6 of the SDP (whose own accuracy is ~1e-9 relative),
     # tangent residual <= 1e-8, ‖Φ‖₂ <= 1 + 1e-8
@@ -126,7 +127,7 @@ def test_published_solvers_reach_the_sdp_optimum_on_tall_shapes(method, name):
     W, G = CASES[name]
     _, value = _sdp(W, G)
     max_iter = 5000 if method == "dual_ascent" else 500  # dual ascent is a subgradient method: slow
-    sol = stiefel_direction(W, G, method=method, tol=1e-9, max_iter=max_iter)
+    sol = stiefel_direction(W, G, solver=method, tol=1e-9, max_iter=max_iter)
     assert sol.converged
     assert np.sum(G * sol.Phi) == pytest.approx(value, rel=1e-6)
     assert float(tangent_residual(W, sol.Phi)) <= 1e-8
@@ -139,7 +140,7 @@ def test_square_case_is_the_orthogonal_closed_form():
         W, G = CASES[name]
         A = W.T @ G
         closed = W @ _svd_msign((A - A.T) / 2)  # odd n: [WᵀG]_skew is singular
-        sol = stiefel_direction(W, G, tol=1e-9)
+        sol = stiefel_direction(W, G, solver="newton", tol=1e-9)
         np.testing.assert_allclose(sol.Phi, closed, rtol=0, atol=1e-9)
 
 
@@ -159,7 +160,7 @@ def test_non_smooth_optimum_is_not_a_partial_isometry():
     # Newton's: msign(G + WX) cannot be optimal there for any X (the chapter's non-uniqueness section)
     W, G = CASES["singular_7x5"]
     P_sdp, _ = _sdp(W, G)
-    sol = stiefel_direction(W, G, tol=1e-9, max_iter=200)
+    sol = stiefel_direction(W, G, solver="newton", tol=1e-9, max_iter=200)
     for P in (P_sdp, sol.Phi):
         s = np.linalg.svd(P, compute_uv=False)
         assert 0.05 < s.min() < 0.95
@@ -174,24 +175,24 @@ def test_reduced_fixed_point_is_the_source_iteration():
     rng = np.random.default_rng(6)
     W, G = _point(rng, 20, 7), rng.standard_normal((20, 7))
     for k in (1, 2, 3):
-        a = stiefel_direction(W, G, method="fixed_point", tol=1e-300, max_iter=k)
-        b = stiefel_direction(W, G, method="fixed_point_reduced", tol=1e-300, max_iter=k, smoothing=1e-300)
+        a = stiefel_direction(W, G, solver="fixed_point", tol=1e-300, max_iter=k)
+        b = stiefel_direction(W, G, solver="fixed_point_reduced", tol=1e-300, max_iter=k, smoothing=1e-300)
         np.testing.assert_allclose(a.X, b.X, rtol=0, atol=1e-10)
 
 
 def test_warm_start_from_the_solution_needs_no_iteration():
     W, G = CASES["12x5"]
-    sol = stiefel_direction(W, G, tol=1e-9)
-    again = stiefel_direction(W, G, tol=1e-9, X0=sol.X)
+    sol = stiefel_direction(W, G, solver="newton", tol=1e-9)
+    again = stiefel_direction(W, G, solver="newton", tol=1e-9, X0=sol.X)
     assert again.iterations == 0
-    near = stiefel_direction(W, G + 1e-3 * np.random.default_rng(7).standard_normal(G.shape), tol=1e-9, X0=sol.X)
+    near = stiefel_direction(W, G + 1e-3 * np.random.default_rng(7).standard_normal(G.shape), solver="newton", tol=1e-9, X0=sol.X)
     assert near.iterations < sol.iterations
 
 
 def test_bounded_cost_and_honest_report_when_not_converged():
     # near-square with a singular optimum, capped at 3 iterations: it stops, says so, and reports the true residual
     W, G = CASES["singular_7x5"]
-    sol = stiefel_direction(W, G, tol=1e-12, max_iter=3)
+    sol = stiefel_direction(W, G, solver="newton", tol=1e-12, max_iter=3)
     assert sol.iterations == 3 and not sol.converged
     assert float(sol.residual) == pytest.approx(float(tangent_residual(W, sol.Phi)), rel=1e-9)
     assert float(sol.residual) > 1e-12
@@ -202,10 +203,10 @@ def test_batched_equals_separate_and_types():
     rng = np.random.default_rng(8)
     W = np.stack([_point(rng, 9, 4) for _ in range(3)])
     G = rng.standard_normal((3, 9, 4))
-    batch = stiefel_direction(torch.from_numpy(W), torch.from_numpy(G), tol=1e-10)
+    batch = stiefel_direction(torch.from_numpy(W), torch.from_numpy(G), solver="newton", tol=1e-10)
     assert isinstance(batch.Phi, torch.Tensor) and batch.Phi.shape == (3, 9, 4) and batch.X.shape == (3, 4, 4)
     for i in range(3):
-        one = stiefel_direction(W[i], G[i], tol=1e-10)
+        one = stiefel_direction(W[i], G[i], solver="newton", tol=1e-10)
         assert isinstance(one.Phi, np.ndarray)
         np.testing.assert_allclose(batch.Phi[i].numpy(), one.Phi, rtol=0, atol=1e-9)
 
@@ -213,7 +214,7 @@ def test_batched_equals_separate_and_types():
 def test_float32_input_gives_float32_output():
     rng = np.random.default_rng(9)
     W, G = _point(rng, 64, 16).astype(np.float32), rng.standard_normal((64, 16)).astype(np.float32)
-    sol = stiefel_direction(torch.from_numpy(W), torch.from_numpy(G), tol=1e-6)
+    sol = stiefel_direction(torch.from_numpy(W), torch.from_numpy(G), solver="newton", tol=1e-6)
     assert sol.Phi.dtype == torch.float32
     assert float(sol.residual) <= 1e-5  # fp32 assembly of Φ: ~ u₃₂ √(n²) rounding on top of the tolerance
 
@@ -227,7 +228,7 @@ def test_zero_gradient_gives_zero_direction_and_normal_gradient_a_tiny_tangent_n
     # direction for that noise (its problem is scale-free), and reports ‖P_W(G)‖_F, which the optimizer's eps
     # rule uses to damp such a step (svmuon.optim.functional)
     G = W @ np.diag([1.0, 2.0, 3.0])
-    sol = stiefel_direction(torch.from_numpy(W), torch.from_numpy(G))
+    sol = stiefel_direction(torch.from_numpy(W), torch.from_numpy(G), solver="newton")
     assert float(sol.tangent_norm) <= 1e-14 * np.linalg.norm(G)
 
 
@@ -236,25 +237,25 @@ def test_bad_input_gives_clear_errors():
     rng = np.random.default_rng(11)
     W, G = _point(rng, 6, 3), rng.standard_normal((6, 3))
     with pytest.raises(ValueError, match="m >= n"):
-        stiefel_direction(W.T.copy(), G.T.copy())
+        stiefel_direction(W.T.copy(), G.T.copy(), solver="newton")
     with pytest.raises(ValueError, match="not a point of St"):
-        stiefel_direction(2 * W, G)
+        stiefel_direction(2 * W, G, solver="newton")
     bad = G.copy()
     bad[0, 0] = np.nan
     with pytest.raises(ValueError, match="G must be finite"):
-        stiefel_direction(W, bad)
+        stiefel_direction(W, bad, solver="newton")
     with pytest.raises(ValueError, match="same matrix shape"):
-        stiefel_direction(W, G[:5])
-    with pytest.raises(ValueError, match="method must be one of"):
-        stiefel_direction(W, G, method="magic")
+        stiefel_direction(W, G[:5], solver="newton")
+    with pytest.raises(ValueError, match="solver must be one of"):
+        stiefel_direction(W, G, solver="magic")
     with pytest.raises(ValueError, match="tol"):
-        stiefel_direction(W, G, tol=0.0)
+        stiefel_direction(W, G, solver="newton", tol=0.0)
     with pytest.raises(ValueError, match="X0 must be"):
-        stiefel_direction(W, G, X0=np.zeros((4, 4)))
+        stiefel_direction(W, G, solver="newton", X0=np.zeros((4, 4)))
     with pytest.raises(TypeError, match="orthogonalize"):
-        stiefel_direction(W, G, method="fixed_point", orthogonalize=3)
+        stiefel_direction(W, G, solver="fixed_point", orthogonalize=3)
     with pytest.raises(TypeError, match="W must be"):
-        stiefel_direction([[1.0]], G)
+        stiefel_direction([[1.0]], G, solver="newton")
 
 
 @pytest.mark.parametrize("method", ["newton", "fixed_point_reduced", "fixed_point"])
@@ -263,8 +264,8 @@ def test_the_direction_does_not_depend_on_the_size_of_g(method, scale):
     # Φ(cG) = Φ(G) and X(cG) = c X(G) for c > 0 (the problem is positively homogeneous); the solver divides G by
     # a power of two first, so huge and tiny gradients neither overflow nor underflow (float64 here)
     W, G = CASES["12x5"]
-    ref = stiefel_direction(W, G, method=method, tol=1e-9)
-    sol = stiefel_direction(W, scale * G, method=method, tol=1e-9)
+    ref = stiefel_direction(W, G, solver=method, tol=1e-9)
+    sol = stiefel_direction(W, scale * G, solver=method, tol=1e-9)
     assert sol.converged and np.isfinite(sol.Phi).all()
     np.testing.assert_allclose(sol.Phi, ref.Phi, rtol=0, atol=1e-8)
     np.testing.assert_allclose(sol.X / scale, ref.X, rtol=1e-7, atol=1e-7 * np.abs(ref.X).max())
@@ -277,9 +278,9 @@ def test_float32_gradients_near_the_ends_of_the_range():
     W = _point(rng, 64, 16).astype(np.float32)
     G = rng.standard_normal((64, 16)).astype(np.float32)
     St = ss_Stiefel()
-    ref = stiefel_direction(St.project(W.astype(np.float64)), G.astype(np.float64), tol=1e-10)  # W to 1e-7
+    ref = stiefel_direction(St.project(W.astype(np.float64)), G.astype(np.float64), solver="newton", tol=1e-10)  # W to 1e-7
     for scale in (1e-30, 1e30):
-        sol = stiefel_direction(torch.from_numpy(W), torch.from_numpy(G * np.float32(scale)))
+        sol = stiefel_direction(torch.from_numpy(W), torch.from_numpy(G * np.float32(scale)), solver="newton")
         assert sol.converged and float(np.linalg.norm(sol.Phi.numpy(), 2)) <= 1 + 1e-5
         np.testing.assert_allclose(sol.Phi.numpy(), ref.Phi, rtol=0, atol=1e-4)
         Phi = St.steepest_direction(torch.from_numpy(W), torch.from_numpy(G * np.float32(scale)))
@@ -289,7 +290,7 @@ def test_float32_gradients_near_the_ends_of_the_range():
 def ss_Stiefel():
     from svmuon import Stiefel
 
-    return Stiefel()
+    return Stiefel(solver="newton")  # compared with the exact direction
 
 
 @pytest.mark.parametrize("size", [1e6, 1e15, 1e20])
@@ -298,11 +299,11 @@ def test_a_far_warm_start_still_reaches_the_optimum(size):
     # step, and a start far from the optimum (residual near its bound 2√n) is dropped for the cold one when its
     # dual value is worse; the answer is the cold solution's (whose value the SDP checks, test above)
     W, G = CASES["8x3"]
-    cold = stiefel_direction(W, G, tol=1e-9)
+    cold = stiefel_direction(W, G, solver="newton", tol=1e-9)
     rng = np.random.default_rng(15)
     S = rng.standard_normal((3, 3))
     for X0 in (size * np.eye(3), size * (S + S.T)):
-        sol = stiefel_direction(W, G, tol=1e-9, X0=X0)
+        sol = stiefel_direction(W, G, solver="newton", tol=1e-9, X0=X0)
         assert sol.converged
         np.testing.assert_allclose(sol.X, sol.X.T, rtol=0, atol=1e-12 * max(1.0, np.abs(sol.X).max()))
         assert float((G * sol.Phi).sum()) == pytest.approx(float((G * cold.Phi).sum()), rel=1e-9)
@@ -310,24 +311,24 @@ def test_a_far_warm_start_still_reaches_the_optimum(size):
 
 def test_warm_start_in_the_reduced_multiplier():
     W, G = CASES["12x5"]
-    sol = stiefel_direction(W, G, tol=1e-10)
+    sol = stiefel_direction(W, G, solver="newton", tol=1e-10)
     np.testing.assert_allclose(sol.Y, sol.X + (W.T @ G + G.T @ W) / 2, rtol=0, atol=1e-12)
-    again = stiefel_direction(W, G, tol=1e-10, Y0=sol.Y)
+    again = stiefel_direction(W, G, solver="newton", tol=1e-10, Y0=sol.Y)
     assert again.iterations == 0
     for method in ("fixed_point", "fixed_point_reduced"):  # Y0 reaches the other solvers as X0 = Y0 - [WᵀG]_sym
-        assert stiefel_direction(W, G, tol=1e-9, Y0=sol.Y, method=method).iterations <= 1
+        assert stiefel_direction(W, G, tol=1e-9, Y0=sol.Y, solver=method).iterations <= 1
 
 
 def test_bad_warm_starts_give_clear_errors():
     W, G = CASES["8x3"]
     with pytest.raises(ValueError, match="X0 or Y0"):
-        stiefel_direction(W, G, X0=np.zeros((3, 3)), Y0=np.zeros((3, 3)))
+        stiefel_direction(W, G, solver="newton", X0=np.zeros((3, 3)), Y0=np.zeros((3, 3)))
     with pytest.raises(ValueError, match="X0 has batch dimensions"):
-        stiefel_direction(W, G, X0=np.zeros((2, 3, 3)))
+        stiefel_direction(W, G, solver="newton", X0=np.zeros((2, 3, 3)))
     with pytest.raises(ValueError, match="Y0 is too large"):
-        stiefel_direction(W, G, Y0=1e200 * np.eye(3))
+        stiefel_direction(W, G, solver="newton", Y0=1e200 * np.eye(3))
     with pytest.raises(ValueError, match="Y0 must be finite"):
-        stiefel_direction(W, G, Y0=np.full((3, 3), np.nan))
+        stiefel_direction(W, G, solver="newton", Y0=np.full((3, 3), np.nan))
 
 
 def test_the_optimum_is_not_unique_for_a_rank_deficient_gradient():
@@ -343,7 +344,7 @@ def test_the_optimum_is_not_unique_for_a_rank_deficient_gradient():
         W8, G8 = CASES["8x3"]
         Q1, _ = stiefel_direction_sdp(W8, G8, tiebreak=Z[:8, :3])
         Q2, _ = stiefel_direction_sdp(W8, G8, tiebreak=-Z[:8, :3])
-    P3 = stiefel_direction(W, G, tol=1e-10).Phi
+    P3 = stiefel_direction(W, G, solver="newton", tol=1e-10).Phi
     for P in (P1, P2, P3):
         assert float(np.sum(G * P)) == pytest.approx(v, rel=2e-7)  # the face's slack, 1e-7, plus the SDP's accuracy
         assert np.linalg.norm(W.T @ P + P.T @ W) <= 1e-8 and np.linalg.norm(P, 2) <= 1 + 1e-6
@@ -377,7 +378,7 @@ def test_rank_deficient_gradient_reduces_to_its_row_space(shape, r):
     W = _point(rng, m, n)
     G = rng.standard_normal((m, r)) @ rng.standard_normal((r, n))
     _, value = _sdp(W, G)
-    sol = stiefel_direction(W, G, tol=1e-9)
+    sol = stiefel_direction(W, G, solver="newton", tol=1e-9)
     # the same optimum as the SDP, reached through the reduced problem on St(m, r) plus the completion
     assert np.sum(G * sol.Phi) == pytest.approx(value, rel=1e-6)
     assert float(tangent_residual(W, sol.Phi)) <= 1e-8
@@ -386,7 +387,7 @@ def test_rank_deficient_gradient_reduces_to_its_row_space(shape, r):
     # value of the reduced problem (W_R, G_R) on the row space equals the full one (independent solve)
     _, Q = np.linalg.eigh(G.T @ G)
     QR = Q[:, ::-1][:, :r]
-    reduced = stiefel_direction(W @ QR, G @ QR, tol=1e-10)
+    reduced = stiefel_direction(W @ QR, G @ QR, solver="newton", tol=1e-10)
     assert np.sum((G @ QR) * reduced.Phi) == pytest.approx(value, rel=1e-6)
 
 
@@ -399,7 +400,7 @@ def test_rank_deficient_completion_stays_feasible(m, n, r, seed):
     rng = np.random.default_rng(seed)
     W = ss_Stiefel().project(rng.standard_normal((m, n)))  # the polar factor, as in the search
     G = rng.standard_normal((m, r)) @ rng.standard_normal((r, n))
-    sol = stiefel_direction(W, G, tol=1e-6)
+    sol = stiefel_direction(W, G, solver="newton", tol=1e-6)
     _, value = _sdp(W, G)
     assert sol.converged and float(sol.residual) <= 1e-6
     assert np.linalg.norm(sol.Phi, 2) <= 1 + 1e-8
@@ -421,7 +422,7 @@ def test_random_instances_against_the_sdp():
         W = St.project(rng.standard_normal((m, n)))
         r = int(rng.integers(1, n + 1)) if rng.random() < 0.3 else n
         G = (rng.standard_normal((m, r)) @ rng.standard_normal((r, n))) * 10.0 ** rng.uniform(-8, 8)
-        sol = stiefel_direction(W, G, tol=1e-9, max_iter=200)
+        sol = stiefel_direction(W, G, solver="newton", tol=1e-9, max_iter=200)
         Gn = G / np.abs(G).max()
         _, value = _sdp(W, Gn)
         label = f"{m}x{n}, rank {r}"
@@ -436,7 +437,7 @@ def test_float32_near_singular_optimum(m, n, seed):
     rng = np.random.default_rng(seed)
     W64 = ss_Stiefel().project(rng.standard_normal((m, n)))
     W, G = W64.astype(np.float32), rng.standard_normal((m, n)).astype(np.float32)
-    sol = stiefel_direction(torch.from_numpy(W), torch.from_numpy(G), tol=1e-5)
+    sol = stiefel_direction(torch.from_numpy(W), torch.from_numpy(G), solver="newton", tol=1e-5)
     assert sol.Phi.dtype == torch.float32 and sol.converged
     Phi = sol.Phi.double().numpy()
     _, value = _sdp(ss_Stiefel().project(W.astype(np.float64)), G.astype(np.float64))
@@ -449,12 +450,12 @@ def test_rank_precheck_and_batched_mixture():
     W = np.stack([_point(rng, 10, 4) for _ in range(2)])
     G = rng.standard_normal((2, 10, 4))
     G[1] = rng.standard_normal((10, 2)) @ rng.standard_normal((2, 4))  # rank 2
-    from svmuon.orthogonal.stiefel_rank import deficient_rank
+    from svmuon.orthogonal.stiefel.rank import deficient_rank
 
     grams = torch.from_numpy(np.einsum("bij,bik->bjk", G, G))
     assert not deficient_rank(torch.from_numpy(G[0]), grams[0])
     assert deficient_rank(torch.from_numpy(G[1]), grams[1])
-    batch = stiefel_direction(W, G, tol=1e-10)
+    batch = stiefel_direction(W, G, solver="newton", tol=1e-10)
     for i in range(2):
-        one = stiefel_direction(W[i], G[i], tol=1e-10)
+        one = stiefel_direction(W[i], G[i], solver="newton", tol=1e-10)
         np.testing.assert_allclose(batch.Phi[i], one.Phi, rtol=0, atol=1e-8)

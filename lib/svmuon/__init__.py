@@ -14,7 +14,8 @@ from svmuon.spectral import _EXPORTS as _SPECTRAL
 
 __version__ = "0.1.0"
 
-_EXPORTS = {**_SPECTRAL, **_ORTHOGONAL, **_OPTIM}
+_EXPORTS = {**_SPECTRAL, **_ORTHOGONAL, **_OPTIM,
+            "results": "svmuon.results"}  # the module itself: svmuon.results.read(kind, name)
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -11,14 +11,16 @@ from typing import Any, Callable
 
 
 def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """Return ``(__getattr__, __dir__)`` resolving ``name -> exports[name]`` (a module path) on first use."""
+    """Return ``(__getattr__, __dir__)`` resolving ``name -> exports[name]`` (a module path) on first use;
+    an entry ``name -> f"{package}.{name}"`` exports that submodule itself (``svmuon.results``)."""
 
     def __getattr__(name: str) -> Any:
         try:
             module = exports[name]
         except KeyError:
             raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
-        return getattr(importlib.import_module(module), name)
+        loaded = importlib.import_module(module)
+        return loaded if module == f"{package}.{name}" else getattr(loaded, name)
 
     def __dir__() -> list[str]:
         return sorted(exports)

@@ -61,10 +61,19 @@ def check_matrix(x: torch.Tensor, name: str, *, square: bool = False) -> None:
 
 
 def check_order(q: Any, name: str = "q") -> float:
-    """Return the Rényi order ``q`` as a float in [0, inf]; raise for NaN, negatives and non-numbers."""
+    """Return the Rényi order ``q`` as a float in [0, inf]; raise for NaN, negatives and non-numbers.
+
+    A number beyond the float range (an ``int`` such as ``10**400``) is ``inf``: H_q differs from H_∞ by less
+    than log k / (q - 1), far below float64 resolution there."""
     if isinstance(q, bool) or not isinstance(q, numbers.Real):
         raise TypeError(f"{name} must be a real number in [0, inf], got {type(q).__name__}")
-    q = float(q)
+    try:
+        q = float(q)
+    except OverflowError:
+        if q < 0:
+            raise ValueError(f"{name} must be a real number in [0, inf], got a negative number beyond the float "
+                             "range") from None
+        q = math.inf
     if math.isnan(q) or q < 0:
         raise ValueError(f"{name} must be a real number in [0, inf], got {q}")
     return q

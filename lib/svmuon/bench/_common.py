@@ -7,9 +7,6 @@ and records the hardware, the date and the library versions with them.
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -39,48 +36,53 @@ def time_call(fn: Callable[[], Any], *, repeats: int = 5, warmup: int = 1, devic
 
 
 def hardware() -> dict[str, Any]:
-    """What the numbers were measured on: CPU, threads, GPU, library versions, date (UTC)."""
-    info: dict[str, Any] = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "platform": platform.platform(),
-        "processor": _cpu_name(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-    }
-    try:
-        import numpy
+    """What the numbers were measured on: CPU, threads, GPU, library versions, date (UTC); the record of
+    :func:`svmuon.experiments.runs.environment`, shared with the experiments."""
+    from svmuon.experiments.runs import environment
 
-        info["numpy"] = numpy.__version__
-    except ImportError:  # pragma: no cover
-        pass
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-        info["cuda"] = torch.version.cuda
-    return info
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    return environment()
 
 
 def default_output(name: str, device: str = "cpu") -> Path:
-    """``benchmarks/results/<name>-<device>-<YYYYMMDD>.json`` under the current directory."""
+    """``benchmarks/results/<name>-<device>-<YYYYMMDD>.json`` of the book's repository when run inside it,
+    else under the working directory (never an installed copy's recorded results)."""
+    from svmuon._paths import default_results_dir
+
     stamp = _dt.date.today().strftime("%Y%m%d")
-    return Path("benchmarks") / "results" / f"{name}-{device}-{stamp}.json"
+    return default_results_dir("benchmarks") / f"{name}-{device}-{stamp}.json"
+
+
+def output_path(parser: Any, given: Path | None, name: str, device: str = "cpu", *, smoke: bool = False) -> Path:
+    """The results file of a run, checked before any compute (``parser.error``, exit 2, if it cannot be
+    written): ``given`` (already checked by its ``type=``), else :func:`default_output`; a smoke run's default
+    is ``<name>-smoke-<device>-<date>.json`` in the system's temporary folder, never among the recorded results."""
+    from svmuon.experiments.runs import check_output
+
+    if given is not None:
+        return Path(given)
+    path = default_output(f"{name}-smoke" if smoke else name, device)
+    if smoke:
+        import tempfile
+
+        path = Path(tempfile.gettempdir()) / "svmuon-smoke" / path.name
+    return check_output(parser, path)
+
+
+def parse_with_smoke(parser: Any, argv: list[str] | None, smoke: dict[str, Any]) -> Any:
+    """``parser.parse_args(argv)``; with ``--smoke``, the options not given take the tiny values ``smoke``
+    (parsed again, so every value passes its ``type=`` check)."""
+    args = parser.parse_args(argv)
+    if getattr(args, "smoke", False):
+        parser.set_defaults(**smoke)
+        args = parser.parse_args(argv)
+    return args
 
 
 def write_result(path: str | Path, name: str, results: Any, **extra: Any) -> Path:
-    """Write ``{"benchmark", "hardware", "results", ...extra}`` as indented JSON and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``{"benchmark", "hardware", "results", ...extra}`` as indented JSON and return the path: atomic
+    and locked (:func:`svmuon.results.write`); a failed write keeps the results in a temporary file
+    (:func:`svmuon.experiments.runs.save`)."""
+    from svmuon.experiments.runs import save
+
     payload = {"benchmark": name, "hardware": hardware(), **extra, "results": results}
-    path.write_text(json.dumps(payload, indent=2, default=float) + "\n")
-    return path
+    return save(path, payload, indent=2, default=float)

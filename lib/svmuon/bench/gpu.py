@@ -17,13 +17,15 @@ Measured in the same run (bfloat16 Newton–Schulz, float32 master weights, the 
 * ``drift``: ``max ‖WᵀW − I‖_max`` of OrthogonalMuon over 10,000 steps with random gradients, bf16
   msign on float32 weights (goal <= 1e-5).
 
-On a machine without CUDA, or with ``--smoke``, everything runs on the CPU in float32 at tiny sizes in a
-few seconds (torch.compile skipped unless ``--compile``): a test of the script, not a measurement.
+On a machine without CUDA, or with ``--smoke``, every section runs on the CPU in float32 at tiny sizes
+(torch.compile with its ``eager`` backend: the graph capture without code generation, unless
+``--no-compile``): a test of the script, not a measurement.
 
 Each section that raises is recorded as ``{"error": ...}`` and the others still run; the exit status is
 then 1. Options: ``--smoke``, ``--compile`` / ``--no-compile``, ``--drift-steps N``, ``--output PATH``.
-The JSON (``benchmarks/results/gpu-cuda-YYYYMMDD.json``; smoke runs ``gpu-smoke-cpu-…``) records the GPU
-name, driver, torch and CUDA versions and the date (``svmuon.bench._common.write_result``).
+The JSON (``benchmarks/results/gpu-cuda-YYYYMMDD.json``; smoke runs ``gpu-smoke-cpu-…`` in the temporary
+folder) records the GPU name, driver, torch and CUDA versions and the date
+(``svmuon.bench._common.write_result``).
 
 References: jordan2024muon (Muon, the quintic), amsel2025polar (Polar Express), su2025orthogonal
 (OrthogonalMuon), paszke2019pytorch (torch.optim.Muon, torch.compile).
@@ -39,8 +41,8 @@ from typing import Any
 
 import torch
 
-from svmuon._cli import describe
-from svmuon.bench._common import default_output, synchronize, time_call, write_result
+from svmuon._cli import describe, output_file, positive_int
+from svmuon.bench._common import output_path, synchronize, time_call, write_result
 from svmuon.optim.manifold_muon import OrthogonalMuon
 from svmuon.optim.muon import KELLER_JORDAN, Muon
 from svmuon.orthogonal.msign import msign
@@ -123,28 +125,31 @@ def bench_grouping(count: int, n: int, compute_dtype, device, cfg) -> dict[str, 
     return {"count": count, "n": n, "loop_s": loop, "batched_s": batched, "loop_over_batched": loop / batched}
 
 
-def bench_compile(count: int, n: int, compute_dtype, device, cfg) -> dict[str, Any]:
+def bench_compile(count: int, n: int, compute_dtype, device, cfg, backend: str = "inductor") -> dict[str, Any]:
     """Eager batched Newton–Schulz vs ``torch.compile`` of it; the first compiled call (compilation) timed apart.
 
     Both run msign's Newton–Schulz route without its input checks (``_msign_newton_schulz``): the check
     for NaN/Inf reads a value back to Python, which would split the compiled graph.
     """
+    from svmuon.orthogonal.coefficients import resolve_coefficients
     from svmuon.orthogonal.msign import _msign_newton_schulz
 
     U = _randn(count, n, n, device=device, seed=4)
-    route = lambda X: _msign_newton_schulz(X, NS["steps"], NS["coefficients"], compute_dtype)  # noqa: E731
+    schedule = resolve_coefficients(NS["ns_coefficients"], NS["ns_steps"])
+    route = lambda X: _msign_newton_schulz(X, schedule, compute_dtype)  # noqa: E731
     eager = _time(lambda: route(U), cfg, device)
-    compiled = torch.compile(route)
+    compiled = torch.compile(route, backend=backend)
     t0 = time.perf_counter()
     compiled(U)
     synchronize(device)
     compile_s = time.perf_counter() - t0
     t = _time(lambda: compiled(U), cfg, device)
-    return {"count": count, "n": n, "eager_s": eager, "compiled_s": t, "compile_time_s": compile_s,
-            "eager_over_compiled": eager / t}
+    return {"count": count, "n": n, "backend": backend, "eager_s": eager, "compiled_s": t,
+            "compile_time_s": compile_s, "eager_over_compiled": eager / t}
 
 
 def _orthogonal_set(count: int, n: int, device: torch.device) -> torch.Tensor:
+    # drawn on the device, not with Orthogonal().random (a float64 QR on the CPU: minutes at 24 x 4096²)
     return torch.linalg.qr(_randn(count, n, n, device=device, seed=5)).Q.contiguous()
 
 
@@ -239,10 +244,11 @@ def run(smoke: bool, compile_: bool | None, drift_steps: int | None, device: tor
     roofline = res["matmul"].get("tflops", float("nan"))
     _section(res, "msign", lambda: bench_msign(cfg["msign_sizes"], dtype, device, cfg, roofline))
     _section(res, "grouping", lambda: bench_grouping(*cfg["group"], dtype, device, cfg))
-    if compile_ if compile_ is not None else not smoke:
-        _section(res, "compile", lambda: bench_compile(*cfg["group"], dtype, device, cfg))
+    if compile_ is not False:  # a smoke run captures the graph (backend "eager") without generating code
+        backend = "eager" if smoke else "inductor"
+        _section(res, "compile", lambda: bench_compile(*cfg["group"], dtype, device, cfg, backend))
     else:
-        res["compile"] = {"skipped": "smoke run (pass --compile to include torch.compile)"}
+        res["compile"] = {"skipped": "--no-compile"}
     _section(res, "step", lambda: bench_steps(cfg["sets"], dtype, device, cfg))
     _section(res, "drift", lambda: bench_drift(*cfg["drift"], cfg["drift_steps"], cfg["drift_every"], dtype, device))
     res["goals"] = _goals(res)
@@ -284,18 +290,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m svmuon.bench gpu", description=describe(__doc__))
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU in float32 (seconds)")
     parser.add_argument("--compile", dest="compile_", action="store_true", default=None,
-                        help="also time torch.compile'd steps (default: on CUDA only)")
+                        help="time torch.compile'd msign (the default; smoke runs use the eager backend)")
     parser.add_argument("--no-compile", dest="compile_", action="store_false", help="never use torch.compile")
-    parser.add_argument("--drift-steps", type=int, default=None,
+    parser.add_argument("--drift-steps", type=positive_int, default=None,
                         help="steps of the orthogonality-drift run (default: the benchmark's own)")
-    parser.add_argument("--output", default=None, help="results file (default: benchmarks/results/)")
+    parser.add_argument("--output", type=output_file, default=None,
+                        help="results file (default: benchmarks/results/ of the book's repository; smoke runs: the "
+                             "temporary folder)")
     args = parser.parse_args(argv)
-    if args.drift_steps is not None and args.drift_steps < 1:
-        parser.error("--drift-steps must be >= 1")
     cuda = torch.cuda.is_available() and not args.smoke
     if not cuda and not args.smoke:
         print("no CUDA device: running the CPU smoke test instead (tiny sizes, float32)")
     device = torch.device("cuda" if cuda else "cpu")
+    path = output_path(parser, args.output, "gpu", device.type, smoke=not cuda)
     threads = torch.get_num_threads()
     if not cuda:  # tiny matrices: one thread avoids OpenMP spin-waits on a busy CPU (32² matmuls took 50 ms)
         torch.set_num_threads(1)
@@ -304,8 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         torch.set_num_threads(threads)
     _print(res)
-    name = "gpu" if cuda else "gpu-smoke"
-    path = write_result(args.output or default_output(name, device.type), "gpu", res)
+    write_result(path, "gpu", res)
     print(f"wrote {path}")
     failed = [k for k, v in res.items() if isinstance(v, dict) and "error" in v]
     if failed:

@@ -23,9 +23,12 @@ import numpy as np
 import torch
 from scipy import stats
 
-from svmuon._cli import describe
-from svmuon.bench._common import default_output, hardware, synchronize, write_result
+from svmuon._cli import device as device_arg
+from svmuon._cli import describe, int_at_least, output_file, positive_int
+from svmuon.bench._common import hardware, output_path, parse_with_smoke, synchronize, write_result
 from svmuon.spectral.monte_carlo import entropy_statistics
+
+SMOKE = dict(sizes=[16, 32], work=8192, repeats=1)  # every code path at tiny sizes
 
 
 def numpy_baseline(n: int, samples: int, seed: int = 0) -> tuple[float, float, float]:
@@ -88,14 +91,18 @@ def measure(n: int, work: int, repeats: int, device: torch.device) -> dict[str, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m svmuon.bench monte-carlo", description=describe(__doc__))
-    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1024, 4096], help="dimensions n")
-    parser.add_argument("--work", type=int, default=1 << 24, help="samples × n per timed call")
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls of each implementation")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--output", default=None, help="JSON result path (default benchmarks/results/...)")
+    # n >= 2: at n = 1 every entropy is 0 and the skewness of the baseline is 0 / 0
+    parser.add_argument("--sizes", type=int_at_least(2), nargs="+", default=[64, 1024, 4096], help="dimensions n >= 2")
+    parser.add_argument("--work", type=positive_int, default=1 << 24, help="samples × n per timed call")
+    parser.add_argument("--repeats", type=positive_int, default=5, help="timed calls of each implementation")
+    parser.add_argument("--device", type=device_arg, default="cpu", help="cpu or cuda")
+    parser.add_argument("--smoke", action="store_true", help=f"tiny sizes ({SMOKE}): a test of the script")
+    parser.add_argument("--output", type=output_file, default=None,
+                        help="JSON result path (default benchmarks/results/...; smoke runs: the temporary folder)")
     parser.add_argument("--no-save", action="store_true", help="print only")
-    args = parser.parse_args(argv)
+    args = parse_with_smoke(parser, argv, SMOKE)
     device = torch.device(args.device)
+    path = None if args.no_save else output_path(parser, args.output, "monte-carlo", device.type, smoke=args.smoke)
     rows, load_before = [], os.getloadavg()
     print(f"{'n':>6} {'samples':>8} {'ours Mel/s':>11} {'numpy Mel/s':>12} {'ratio':>6} {'cpu':>5} {'ours MiB':>9} {'numpy MiB':>10}")
     for n in args.sizes:
@@ -105,8 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{n:>6} {r['samples']:>8} {r['ours_elements_per_s'] / 1e6:>11.1f} {r['numpy_elements_per_s'] / 1e6:>12.1f} "
             f"{r['ratio_median']:>6.2f} {r['cpu_ratio_median']:>5.2f} {r['ours_peak_bytes'] / 2**20:>9.1f} {r['numpy_peak_bytes'] / 2**20:>10.1f}"
         )
-    if not args.no_save:
-        path = args.output or default_output("monte-carlo", device.type)
+    if path is not None:
         write_result(
             path, "monte-carlo", rows, settings=vars(args), baseline="plain NumPy float64 (numpy_baseline)",
             load_average={"before": load_before, "after": os.getloadavg()},  # other processes on the machine

@@ -31,17 +31,20 @@ from typing import Any
 
 import torch
 
-from svmuon._cli import describe
-from svmuon.bench._common import default_output, synchronize, time_call, write_result
+from svmuon._cli import device as device_arg
+from svmuon._cli import describe, output_file, positive_int
+from svmuon.bench._common import output_path, parse_with_smoke, synchronize, time_call, write_result
 from svmuon.orthogonal.coefficients import default_steps, resolve_coefficients
 from svmuon.orthogonal.msign import msign
 
 SCHEDULES = ("keller_jordan", "polar_express", "cubic")
+SMOKE = dict(sizes=[16], muon_sizes=[8], repeats=1, device="cpu")  # every section at tiny sizes
 
 
 def test_matrix(n: int, dtype: torch.dtype, device: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``(G, U Vᵀ)``: n x n with singular values uniform on [0.1, 1], built in float64."""
     gen = torch.Generator().manual_seed(seed)
+    # not Orthogonal().random: its sign correction changes G, and the recorded errors were measured on this G
     U, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
     V, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
     s = torch.linspace(0.1, 1.0, n, dtype=torch.float64)
@@ -128,19 +131,22 @@ def _print_table(rows: list[dict[str, Any]], muon: list[dict[str, Any]]) -> None
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m svmuon.bench msign", description=describe(__doc__))
-    ap.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024, 2048], metavar="N",
+    ap.add_argument("--sizes", type=positive_int, nargs="+", default=[256, 512, 1024, 2048], metavar="N",
                     help="square matrix sizes n (default: %(default)s)")
-    ap.add_argument("--muon-sizes", type=int, nargs="*", default=[256, 512], metavar="N",
+    ap.add_argument("--muon-sizes", type=positive_int, nargs="*", default=[256, 512], metavar="N",
                     help="sizes of the Muon-step comparison with torch.optim.Muon (default: %(default)s)")
-    ap.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement (default: 3)")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+    ap.add_argument("--repeats", type=positive_int, default=3, help="timed repeats per measurement (default: 3)")
+    ap.add_argument("--device", type=device_arg, default="cuda" if torch.cuda.is_available() else "cpu",
                     help="cpu or cuda (default: cuda when available)")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
                     help="compute dtype (default: float32 on CPU, bfloat16 on CUDA)")
-    ap.add_argument("--output", default=None, help="results file (default: benchmarks/results/)")
-    ap.add_argument("--threads", type=int, default=None,
+    ap.add_argument("--smoke", action="store_true", help=f"every section at tiny sizes ({SMOKE}): a test of the script")
+    ap.add_argument("--output", type=output_file, default=None,
+                    help="results file (default: benchmarks/results/; smoke runs: the temporary folder)")
+    ap.add_argument("--threads", type=positive_int, default=None,
                     help="torch CPU threads (default: torch's); 1 gives stable timings on a loaded shared machine")
-    args = ap.parse_args(argv)
+    args = parse_with_smoke(ap, argv, SMOKE)
+    path = output_path(ap, args.output, "msign", torch.device(args.device).type, smoke=args.smoke)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     dtype_name = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
@@ -151,7 +157,6 @@ def main(argv: list[str] | None = None) -> int:
         synchronize(args.device)
     muon = [bench_muon(n, args.device, max(args.repeats, 3)) for n in args.muon_sizes]
     _print_table(rows, muon)
-    path = args.output or default_output("msign", args.device)
     goals = {"ns_over_floor": "<= 1.2 (CPU fp32)", "svd_over_ns": ">= 10 (GPU bf16, 4096)",
              "torch_over_svmuon": ">= 25 (CPU)"}
     write_result(path, "msign", {"sizes": rows, "muon": muon}, goals=goals, load_average=os.getloadavg(),

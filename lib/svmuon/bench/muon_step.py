@@ -30,9 +30,10 @@ from typing import Any, Callable
 
 import torch
 
-from svmuon._cli import describe
-from svmuon.bench._common import default_output, write_result
+from svmuon._cli import describe, nonnegative_int, output_file, positive_int
+from svmuon.bench._common import output_path, parse_with_smoke, write_result
 
+SMOKE = dict(n=16, rounds=2)  # every section (step overhead, host syncs, import time) at a tiny size
 SYNC_METHODS = ("__bool__", "item", "tolist", "__float__", "__int__", "numpy")
 
 
@@ -140,12 +141,15 @@ def import_time() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m svmuon.bench muon-step", description=describe(__doc__))
-    ap.add_argument("--n", type=int, default=512, help="size of the square parameter (default: 512)")
-    ap.add_argument("--rounds", type=int, default=15, help="timed rounds (default: 15)")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--n", type=positive_int, default=512, help="size of the square parameter (default: 512)")
+    ap.add_argument("--rounds", type=positive_int, default=15, help="timed rounds (default: 15)")
+    ap.add_argument("--threads", type=nonnegative_int, default=1, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--skip-import", action="store_true", help="do not measure the import time")
-    ap.add_argument("--output", default=None, help="results file (default: benchmarks/results/)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--smoke", action="store_true", help=f"every section at a tiny size ({SMOKE}): a test of the script")
+    ap.add_argument("--output", type=output_file, default=None,
+                    help="results file (default: benchmarks/results/; smoke runs: the temporary folder)")
+    args = parse_with_smoke(ap, argv, SMOKE)
+    path = output_path(ap, args.output, "muon-step", "cpu", smoke=args.smoke)
     if args.threads:
         torch.set_num_threads(args.threads)
     result = {"step": step_overhead(args.n, args.rounds)}
@@ -159,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     if "import" in result:
         print(f"from svmuon import Muon: {result['import']['seconds_over_torch']:.3f} s over import torch (goal <= 0.3); "
               f"heavy modules imported: {result['import']['heavy_modules_imported'] or 'none'}")
-    path = write_result(args.output or default_output("muon-step", "cpu"), "muon-step", result,
-                        goals={"muon_step/msign_plus_momentum": "<= 1.10", "host_syncs_per_step": "<= 1",
-                               "import seconds_over_torch": "<= 0.3"},
-                        note="2-core machine shared with other jobs; ratios from interleaved rounds")
+    write_result(path, "muon-step", result,
+                 goals={"muon_step/msign_plus_momentum": "<= 1.10", "host_syncs_per_step": "<= 1",
+                        "import seconds_over_torch": "<= 0.3"},
+                 note="2-core machine shared with other jobs; ratios from interleaved rounds")
     print("wrote", path)
     return 0

@@ -26,10 +26,12 @@ from typing import Any
 
 import torch
 
-from svmuon._cli import describe
-from svmuon.bench._common import default_output, time_call, write_result
+from svmuon._cli import device as device_arg
+from svmuon._cli import describe, output_file, positive_int
+from svmuon.bench._common import output_path, parse_with_smoke, time_call, write_result
 
 SCHEDULES = {"keller_jordan": 5, "polar_express": 10}
+SMOKE = dict(sizes=[8], count=2, repeats=1, rounds=2)  # every optimizer, torch.optim.Muon included, on the CPU
 
 
 def _setup(count: int, n: int, device: str, seed: int = 0):
@@ -62,11 +64,13 @@ def _make(name: str, params: list[torch.Tensor], schedule: str, device: str):
     raise ValueError(name)
 
 
-def measure(n: int, count: int, schedule: str, device: str, repeats: int, rounds: int | None = None) -> dict[str, Any]:
-    """Median seconds per step of each optimizer on ``count`` ``n x n`` matrices, and ratios to Muon."""
+def measure(n: int, count: int, schedule: str, device: str, repeats: int, rounds: int | None = None,
+            torch_muon: bool = False) -> dict[str, Any]:
+    """Median seconds per step of each optimizer on ``count`` ``n x n`` matrices, and ratios to Muon;
+    ``torch.optim.Muon`` too on CUDA (or with ``torch_muon``, as a smoke run does on the CPU)."""
     W0, grads = _setup(count, n, device)
     names = ["muon", "orthogonal_muon", "orthogonal_muon_no_correction", "geoopt_rsgd"]
-    if device == "cuda" and hasattr(torch.optim, "Muon") and schedule == "keller_jordan":
+    if (device == "cuda" or torch_muon) and hasattr(torch.optim, "Muon") and schedule == "keller_jordan":
         names.append("torch_muon")
     out: dict[str, Any] = {"n": n, "count": count, "schedule": schedule, "ns_steps": SCHEDULES[schedule]}
     steps = {}
@@ -99,30 +103,29 @@ def measure(n: int, count: int, schedule: str, device: str, repeats: int, rounds
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m svmuon.bench orthogonal", description=describe(__doc__))
-    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 512], metavar="N",
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[64, 256, 512], metavar="N",
                         help="square parameter sizes n (default: %(default)s)")
-    parser.add_argument("--count", type=int, default=4, help="parameters of each size per step (default: 4)")
-    parser.add_argument("--repeats", type=int, default=7, help="timed repeats at n = 256 (default: 7)")
-    parser.add_argument("--rounds", type=int, default=None,
+    parser.add_argument("--count", type=positive_int, default=4, help="parameters of each size per step (default: 4)")
+    parser.add_argument("--repeats", type=positive_int, default=7, help="timed repeats at n = 256 (default: 7)")
+    parser.add_argument("--rounds", type=positive_int, default=None,
                         help="timed rounds per size (default: repeats * max(1, (256/n)^2))")
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device (default: cpu)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads on CPU (default: torch's)")
-    parser.add_argument("--output", default=None, help="results file (default: benchmarks/results/)")
-    args = parser.parse_args(argv)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device; use --device cpu")
-        return 2
+    parser.add_argument("--device", type=device_arg, default="cpu", help="cpu or cuda (default: cpu)")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads on CPU (default: torch's)")
+    parser.add_argument("--smoke", action="store_true", help=f"every optimizer at tiny sizes ({SMOKE}): a test of the script")
+    parser.add_argument("--output", type=output_file, default=None,
+                        help="results file (default: benchmarks/results/; smoke runs: the temporary folder)")
+    args = parse_with_smoke(parser, argv, SMOKE)
+    path = output_path(parser, args.output, "orthogonal", torch.device(args.device).type, smoke=args.smoke)
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = []
     for schedule in SCHEDULES:
         for n in args.sizes:
-            r = measure(n, args.count, schedule, args.device, args.repeats, args.rounds)
+            r = measure(n, args.count, schedule, args.device, args.repeats, args.rounds, torch_muon=args.smoke)
             rows.append(r)
             print(f"{schedule:14s} n={n:5d}  muon {r['muon'] * 1e3:8.2f} ms  orthogonal_muon {r['orthogonal_muon'] * 1e3:8.2f} ms "
                   f"({r['orthogonal_muon/muon']:.2f}x; no correction {r['orthogonal_muon_no_correction/muon']:.2f}x)  "
                   f"geoopt_rsgd {r['geoopt_rsgd'] * 1e3:8.2f} ms ({r['geoopt_rsgd/muon']:.2f}x)", flush=True)
-    path = write_result(args.output or default_output("orthogonal", args.device), "orthogonal", rows,
-                        goal="orthogonal_muon/muon <= 1.3", device=args.device)
+    write_result(path, "orthogonal", rows, goal="orthogonal_muon/muon <= 1.3", device=args.device)
     print("wrote", path)
     return 0

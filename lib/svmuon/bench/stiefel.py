@@ -34,14 +34,18 @@ from typing import Any
 
 import torch
 
-from svmuon._cli import describe
-from svmuon.bench._common import default_output, write_result
+from svmuon._cli import describe, matrix_shapes, nonnegative_int, output_file, positive_float, positive_int
+from svmuon._cli import seed as seed_arg
+from svmuon.bench._common import output_path, parse_with_smoke, write_result
 
 SOLVERS = ("newton", "fixed_point_reduced", "fixed_point", "dual_ascent")
+SMOKE = dict(shapes="12x4", ratio_shapes="12x4", repeats=1, ratio_steps=2, ratio_warmup=2)  # every section, tiny
 MAX_ITER = {"newton": 50, "fixed_point_reduced": 200, "fixed_point": 50, "dual_ascent": 100}
 
 
 def _point(m: int, n: int, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    # the values of Stiefel().random(m, n, generator=gen, dtype=dtype), in QR's column-major layout: the
+    # recorded residuals and defects were computed from it (another layout rounds differently)
     Q, R = torch.linalg.qr(torch.randn(m, n, generator=gen, dtype=torch.float64))
     return (Q * torch.sign(torch.diagonal(R))).to(dtype)
 
@@ -151,33 +155,42 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m svmuon.bench stiefel", description=describe(__doc__))
     parser.add_argument("--shapes", default="256x64,1024x256,256x255", help="comma-separated m x n, m >= n")
     parser.add_argument("--ratio-shapes", default="256x64,1024x256", help="shapes of the step-ratio measurement")
-    parser.add_argument("--tol", type=float, default=1e-6, help="tangent-residual tolerance of the solvers")
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds per measurement (the min is used)")
-    parser.add_argument("--ratio-steps", type=int, default=10, help="timed optimizer steps (after the warm-up steps)")
-    parser.add_argument("--ratio-warmup", type=int, default=20,
+    parser.add_argument("--tol", type=positive_float, default=1e-6, help="tangent-residual tolerance of the solvers")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="timed rounds per measurement (the min is used)")
+    parser.add_argument("--ratio-steps", type=positive_int, default=10,
+                        help="timed optimizer steps (after the warm-up steps)")
+    parser.add_argument("--ratio-warmup", type=nonnegative_int, default=20,
                         help="untimed optimizer steps first (the momentum buffer and the warm start settle)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: comparable on a shared machine)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random test matrices (default 0)")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch threads (1: comparable on a shared machine)")
+    parser.add_argument("--seed", type=seed_arg, default=0, help="seed of the random test matrices (default 0)")
     parser.add_argument("--note", default="",
                         help="what the JSON should say about the machine while it ran (e.g. 'quiet', 'shared')")
-    parser.add_argument("--output", default=None, help="JSON path (default benchmarks/results/stiefel-cpu-<date>.json)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--smoke", action="store_true", help=f"every section at tiny sizes ({SMOKE}): a test of the script")
+    parser.add_argument("--output", type=output_file, default=None,
+                        help="JSON path (default benchmarks/results/stiefel-cpu-<date>.json; smoke runs: the temporary "
+                             "folder)")
+    args = parse_with_smoke(parser, argv, SMOKE)
+    shapes = {}
+    for option in ("shapes", "ratio_shapes"):  # checked here, not by type=, so the JSON keeps the text given
+        try:
+            shapes[option] = matrix_shapes(tall=True)(getattr(args, option))
+        except argparse.ArgumentTypeError as err:
+            parser.error(f"argument --{option.replace('_', '-')}: {err}")
+    path = output_path(parser, args.output, "stiefel", smoke=args.smoke)
     torch.set_num_threads(args.threads)
-    parse = lambda text: [tuple(int(v) for v in s.split("x")) for s in text.split(",") if s]  # noqa: E731
     rows = []
-    for shape in parse(args.shapes):
+    for shape in shapes["shapes"]:
         print(f"solvers at {shape[0]}x{shape[1]} (float64, tol {args.tol:g}):", flush=True)
         rows += _solver_rows(shape, torch.float64, args.tol, args.repeats, args.seed)
     ratios = []
-    for shape in parse(args.ratio_shapes):
+    for shape in shapes["ratio_shapes"]:
         r = _step_ratio(shape, args.ratio_steps, args.ratio_warmup, args.seed)
         print(f"step ratio ManifoldMuon(Stiefel) / Muon at {shape[0]}x{shape[1]} float32: {r['ratio']:.2f} "
               f"(median {r['ratio_median']:.2f}; Newton iterations {r['newton_iterations_mean']:.1f})", flush=True)
         ratios.append(r)
-    path = write_result(args.output or default_output("stiefel"), "stiefel", {"solvers": rows, "step_ratio": ratios},
-                        settings=vars(args),
-                        note=" ".join(filter(None, [args.note, "ratios are taken within one run, interleaved, from the "
-                                                                "fastest rounds"])))
+    write_result(path, "stiefel", {"solvers": rows, "step_ratio": ratios}, settings=vars(args),
+                 note=" ".join(filter(None, [args.note, "ratios are taken within one run, interleaved, from the "
+                                                         "fastest rounds"])))
     print(f"wrote {path}")
     return 0
 

@@ -9,7 +9,7 @@ of standard deviation 0.02, ``0.02/√(2 n_layer)`` for the two projections that
 stream (the attention output and the MLP's second matrix).
 
 The hidden matrices are built by a ``make_linear(n_in, n_out, kind, std)`` factory, so the same model
-serves plain ``Linear`` weights and the fixed-entropy layer (:class:`svmuon.spectral.FixedEntropyLinear`).
+serves plain ``Linear`` weights and the fixed-entropy layer (:class:`svmuon.experiments.fixed_entropy_model.FixedEntropyLinear`).
 ``kind`` is the layer type: ``q``, ``k``, ``v``, ``o`` (attention) or ``mlp_in``, ``mlp_out``.
 
 References: vaswani2017attention, radford2019language, zhang2019root (RMSNorm), hendrycks2016gaussian (GELU).

@@ -16,25 +16,28 @@ from svmuon.experiments._gpt_train import ARMS
 MEASURES = ("H_q1_p1", "H_q2_p1", "H_q1_p2", "H_q2_p2")  # Shannon and Rényi-2 of p ∝ σ and p ∝ σ²
 
 
-def load(size: str | None = None, folder: str | Path | None = None) -> tuple[str, dict[str, dict[str, Any]]]:
-    """``(size, {arm: results document})`` of the recorded runs under ``folder`` (default experiments/results).
+def load(size: str | None = None, root: str | Path | None = None) -> tuple[str, dict[str, dict[str, Any]]]:
+    """``(size, {arm: results document})`` of the recorded runs (:func:`svmuon.results.read`).
 
-    ``size=None`` takes ``cpu`` (the study) when a file of every arm exists for it, else ``pilot``.
+    Args:
+        size: ``"cpu"`` (the study), ``"pilot"``, ``"gpu"``; ``None`` takes ``cpu`` when a file of every arm
+            exists for it, else ``pilot``.
+        root: the repository folder holding ``experiments/results`` (default: the book's repository).
 
     Raises:
-        FileNotFoundError: an arm's file is missing for the chosen size.
+        FileNotFoundError: an arm's file is missing for the chosen size (the message gives the command).
     """
-    from svmuon._paths import results_dir
+    from svmuon import results
 
-    folder = Path(folder) if folder is not None else results_dir("experiments")
-    path = lambda s, arm: folder / f"gpt-{s}-{arm}.json"  # noqa: E731
+    have = set(results.names("experiments", root=root))
+    name = lambda s, arm: f"gpt-{s}-{arm}"  # noqa: E731
     if size is None:
-        size = "cpu" if all(path("cpu", arm).exists() for arm in ARMS) else "pilot"
-    missing = [arm for arm in ARMS if not path(size, arm).exists()]
+        size = "cpu" if all(name("cpu", arm) in have for arm in ARMS) else "pilot"
+    missing = [arm for arm in ARMS if name(size, arm) not in have]
     if missing:
-        raise FileNotFoundError(f"no results of size {size!r} for the arms {missing} in {folder}: run "
+        raise FileNotFoundError(f"no recorded gpt results of size {size!r} for the arms {missing}: run "
                                 f"python -m svmuon.experiments gpt --size {size} --arms {' '.join(missing)}")
-    return size, {arm: json.loads(path(size, arm).read_text()) for arm in ARMS}
+    return size, {arm: results.read("experiments", name(size, arm), root=root) for arm in ARMS}
 
 
 def _spec(doc: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from tqdm import tqdm  # plain tqdm: tqdm.auto warns in a notebook without ipywidgets
 
 from svmuon.experiments._gpt_model import ATTENTION, GPT, KINDS, MLP, GPTConfig, kind_of, plain_linear
-from svmuon.spectral.layers import FixedEntropyLinear
+from svmuon.experiments.fixed_entropy_model import FixedEntropyLinear
 
 ARMS = ("adamw", "muon", "stiefel", "stiefel-attention", "fixed-entropy")
 SCOPES = {"all": KINDS, "attention": ATTENTION, "mlp": MLP}  # which hidden matrices a fixed-entropy run fixes
@@ -63,7 +63,7 @@ SIZES = {
 def load_data(size: Size) -> dict[str, Any]:
     """The corpus as ``{"train"|"val"|"test": 1-D token tensors, "info": description}``: a contiguous
     80/10/10 split of :func:`svmuon.experiments.fixed_entropy.text_corpus` (97 symbols)."""
-    from svmuon.experiments.fixed_entropy import text_corpus
+    from svmuon.experiments.runs import text_corpus
 
     tokens, info = text_corpus(size.chars, recursive=size.recursive)
     t = torch.from_numpy(tokens)

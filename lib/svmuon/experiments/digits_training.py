@@ -24,17 +24,18 @@ pedregosa2011scikit, jordan2024muon, liu2025moonlight, loshchilov2019decoupled, 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from svmuon._cli import describe
+from svmuon._cli import describe, nonnegative_float, output_file, positive_float, positive_int
+from svmuon._cli import seed as seed_arg
+from svmuon.experiments.runs import accuracy, check_output, default_output, environment, evaluate, load_digits, save
+from svmuon.experiments.runs import train_epoch, tune
 from svmuon.spectral.entropy import singular_value_entropy
 
 NAME = "digits-training"
@@ -43,19 +44,6 @@ HIDDEN = ("0.weight", "2.weight")  # what Muon optimises
 DEFAULTS = dict(epochs=40, batch_size=64, weight_decay=0.01, adamw_lrs=[3e-4, 1e-3, 3e-3, 1e-2, 3e-2],
                 muon_lrs=[3e-4, 1e-3, 3e-3, 1e-2, 3e-2], tune_seeds=[0, 1], seeds=[10, 11, 12, 13, 14], log_every=20,
                 momentum=0.95, split_seed=0)
-
-
-def load_data(split_seed: int = 0) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """The digits as float32 tensors in [0, 1], split 60/20/20 into train/val/test, stratified by class."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    X, y = load_digits(return_X_y=True)
-    X = (X / 16.0).astype(np.float32)
-    X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.2, stratify=y, random_state=split_seed)
-    X_tr, X_va, y_tr, y_va = train_test_split(X_tr, y_tr, test_size=0.25, stratify=y_tr, random_state=split_seed)
-    pack = lambda a, b: (torch.from_numpy(a), torch.from_numpy(b).long())
-    return {"train": pack(X_tr, y_tr), "val": pack(X_va, y_va), "test": pack(X_te, y_te)}
 
 
 def make_model(seed: int) -> torch.nn.Sequential:
@@ -97,19 +85,10 @@ def layer_entropies(model: torch.nn.Module, init: dict[str, torch.Tensor]) -> di
     return out
 
 
-def accuracy(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor) -> float:
-    """Fraction of the rows of ``X`` whose largest logit is at the label ``y``."""
-    with torch.no_grad():
-        return float((model(X).argmax(dim=1) == y).float().mean())
-
-
 def _epoch_record(model: torch.nn.Module, data: dict, train_loss: float) -> dict[str, float]:
     """Mean training loss of the epoch's minibatches, validation loss (nats) and accuracies after the epoch."""
-    with torch.no_grad():
-        X_va, y_va = data["val"]
-        val_loss = float(torch.nn.functional.cross_entropy(model(X_va), y_va))
-    return {"train_loss": train_loss, "val_loss": val_loss, "val_acc": accuracy(model, X_va, y_va),
-            "test_acc": accuracy(model, *data["test"])}
+    val_loss, val_acc = evaluate(model, *data["val"])
+    return {"train_loss": train_loss, "val_loss": val_loss, "val_acc": val_acc, "test_acc": accuracy(model, *data["test"])}
 
 
 def train_run(data: dict, method: str, lr: float, seed: int, cfg: dict[str, Any], *, adamw_lr: float,
@@ -122,29 +101,24 @@ def train_run(data: dict, method: str, lr: float, seed: int, cfg: dict[str, Any]
                            momentum=cfg["momentum"])
     X, y = data["train"]
     gen = torch.Generator().manual_seed(1000 + seed)
-    steps_per_epoch = math.ceil(len(y) / cfg["batch_size"])
     trajectory = [{"step": 0, **layer_entropies(model, init)}] if record else []
-    step, loss = 0, float("nan")
+    counter = {"step": 0, "loss": float("nan")}
+
+    def after_step(loss: float) -> None:
+        counter["step"] += 1
+        counter["loss"] = loss
+        if record and counter["step"] % cfg["log_every"] == 0:
+            trajectory.append({"step": counter["step"], **layer_entropies(model, init)})
+
     history: dict[str, list[float]] = {"train_loss": [], "val_loss": [], "val_acc": [], "test_acc": []}
     for _ in range(cfg["epochs"]):
-        order = torch.randperm(len(y), generator=gen)
-        epoch_loss = 0.0
-        for b in range(steps_per_epoch):
-            idx = order[b * cfg["batch_size"]:(b + 1) * cfg["batch_size"]]
-            out = torch.nn.functional.cross_entropy(model(X[idx]), y[idx])
-            for o in opts:
-                o.zero_grad(set_to_none=True)
-            out.backward()
-            for o in opts:
-                o.step()
-            step, loss = step + 1, float(out.detach())
-            epoch_loss += loss * len(idx)
-            if record and step % cfg["log_every"] == 0:
-                trajectory.append({"step": step, **layer_entropies(model, init)})
-        for key, value in _epoch_record(model, data, epoch_loss / len(y)).items():
+        batches = torch.randperm(len(y), generator=gen).split(cfg["batch_size"])
+        total = train_epoch(model, opts, X, y, batches, after_step=after_step)
+        for key, value in _epoch_record(model, data, total / len(y)).items():
             history[key].append(value)
         if bar is not None:
             bar.update(1)
+    step, loss = counter["step"], counter["loss"]
     if not math.isfinite(loss):
         raise FloatingPointError(f"{method} at lr={lr}, seed={seed} diverged (loss {loss})")
     result = {"method": method, "lr": lr, "seed": seed, "steps": step, "final_train_loss": loss,
@@ -157,8 +131,10 @@ def train_run(data: dict, method: str, lr: float, seed: int, cfg: dict[str, Any]
 
 
 def _tune(data, method, lrs, cfg, adamw_lr, bar) -> tuple[float, list[dict]]:
-    rows = []
-    for lr in lrs:
+    """Every rate of ``lrs`` with every tuning seed; the best mean validation accuracy wins (a diverged run
+    counts as accuracy 0)."""
+
+    def run(lr: float) -> dict[str, Any]:
         accs, losses, entropies, histories = [], [], [], []
         for s in cfg["tune_seeds"]:
             try:
@@ -170,19 +146,24 @@ def _tune(data, method, lrs, cfg, adamw_lr, bar) -> tuple[float, list[dict]]:
             except FloatingPointError:
                 accs.append(0.0)
                 losses.append(float("inf"))
-        rows.append({"lr": lr, "val_acc": float(np.mean(accs)), "val_accs": accs, "val_loss": float(np.mean(losses)),
-                     "val_losses": losses, "final_entropies": entropies, "histories": histories})
+        return {"lr": lr, "val_acc": float(np.mean(accs)), "val_accs": accs, "val_loss": float(np.mean(losses)),
+                "val_losses": losses, "final_entropies": entropies, "histories": histories}
+
     # accuracies are multiples of 1/360: round away float32 noise so that ties go to the smaller rate
-    best = max(rows, key=lambda r: (round(r["val_acc"], 6), -r["lr"]))["lr"]
-    return best, rows
+    return tune(lrs, run, score=lambda r: (round(r["val_acc"], 6), -r["lr"]))
 
 
 def _summary(runs: list[dict]) -> dict[str, Any]:
+    """Mean and std over the seeds of the test accuracy and of every final entropy (``final_entropies``: the
+    weights at the end of training, whatever ``log_every`` is; a ``dH`` entry is absent only for a matrix that
+    never moved, and then absent here)."""
     acc = np.array([r["test_acc"] for r in runs])
     out: dict[str, Any] = {"test_acc_mean": float(acc.mean()), "test_acc_std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0}
     for k in MATRICES:
         for key in ("H_p1", "H_p2", "dH_p1", "dH_p2"):
-            vals = np.array([r["trajectory"][-1][k][key] for r in runs])
+            if not all(key in r["final_entropies"][k] for r in runs):
+                continue
+            vals = np.array([r["final_entropies"][k][key] for r in runs])
             out[f"{k}/{key}"] = {"mean": float(vals.mean()), "std": float(vals.std(ddof=1)) if len(vals) > 1 else 0.0}
     return out
 
@@ -196,7 +177,7 @@ def run(cfg: dict[str, Any], progress: bool = True) -> dict[str, Any]:
     final entropies), ``elapsed_s``.
     """
     t0 = time.perf_counter()
-    data = load_data(cfg["split_seed"])
+    data = load_digits(cfg["split_seed"])
     n_runs = (len(cfg["adamw_lrs"]) + len(cfg["muon_lrs"])) * len(cfg["tune_seeds"]) + 2 * len(cfg["seeds"])
     bar = tqdm(total=n_runs * cfg["epochs"], desc=NAME, unit="epoch", disable=not progress)
     best_adamw, tune_adamw = _tune(data, "adamw", cfg["adamw_lrs"], cfg, None, bar)
@@ -210,45 +191,39 @@ def run(cfg: dict[str, Any], progress: bool = True) -> dict[str, Any]:
             "elapsed_s": time.perf_counter() - t0}
 
 
-def default_output() -> Path:
-    """``<repo>/experiments/results/digits-training.json`` (or under the working directory outside the repo)."""
-    try:
-        from svmuon._paths import results_dir
-
-        return results_dir("experiments") / f"{NAME}.json"
-    except FileNotFoundError:
-        return Path("experiments") / "results" / f"{NAME}.json"
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"python -m svmuon.experiments {NAME}", description=describe(__doc__))
     d = DEFAULTS
-    p.add_argument("--epochs", type=int, default=d["epochs"], help=f"passes over the training set (default {d['epochs']})")
-    p.add_argument("--batch-size", type=int, default=d["batch_size"], help=f"minibatch size (default {d['batch_size']})")
-    p.add_argument("--weight-decay", type=float, default=d["weight_decay"],
+    p.add_argument("--epochs", type=positive_int, default=d["epochs"],
+                   help=f"passes over the training set (default {d['epochs']})")
+    p.add_argument("--batch-size", type=positive_int, default=d["batch_size"],
+                   help=f"minibatch size (default {d['batch_size']})")
+    p.add_argument("--weight-decay", type=nonnegative_float, default=d["weight_decay"],
                    help=f"decoupled weight decay of both optimizers (default {d['weight_decay']})")
-    p.add_argument("--adamw-lrs", type=float, nargs="+", default=d["adamw_lrs"], metavar="LR",
+    p.add_argument("--adamw-lrs", type=positive_float, nargs="+", default=d["adamw_lrs"], metavar="LR",
                    help="AdamW learning rates to tune over (default: %(default)s)")
-    p.add_argument("--muon-lrs", type=float, nargs="+", default=d["muon_lrs"], metavar="LR",
+    p.add_argument("--muon-lrs", type=positive_float, nargs="+", default=d["muon_lrs"], metavar="LR",
                    help="Muon learning rates to tune over (default: %(default)s)")
-    p.add_argument("--tune-seeds", type=int, nargs="+", default=d["tune_seeds"], metavar="SEED",
+    p.add_argument("--tune-seeds", type=seed_arg, nargs="+", default=d["tune_seeds"], metavar="SEED",
                    help="seeds averaged when picking a learning rate (default: %(default)s)")
-    p.add_argument("--seeds", type=int, nargs="+", default=d["seeds"], metavar="SEED",
+    p.add_argument("--seeds", type=seed_arg, nargs="+", default=d["seeds"], metavar="SEED",
                    help="fresh seeds rerun at the chosen rates (default: %(default)s)")
-    p.add_argument("--log-every", type=int, default=d["log_every"],
+    p.add_argument("--log-every", type=positive_int, default=d["log_every"],
                    help=f"steps between entropy records (default {d['log_every']})")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: deterministic, and fastest for these small matrices)")
-    p.add_argument("--output", type=Path, default=None, help="results file (default: experiments/results/digits-training.json)")
+    p.add_argument("--threads", type=positive_int, default=1,
+                   help="torch threads (default 1: deterministic, and fastest for these small matrices)")
+    p.add_argument("--output", type=output_file, default=None,
+                   help=f"results file (default: experiments/results/{NAME}.json of the book's repository when run "
+                        "inside it, else under the working directory)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; writes the JSON results file and prints a one-line summary per optimizer."""
-    args = _parser().parse_args(argv)
-    for name in ("epochs", "batch_size", "log_every", "threads"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    parser = _parser()
+    args = parser.parse_args(argv)
+    out = args.output or check_output(parser, default_output("experiments", f"{NAME}.json"))
     cfg = {**DEFAULTS, "epochs": args.epochs, "batch_size": args.batch_size, "weight_decay": args.weight_decay,
            "adamw_lrs": args.adamw_lrs, "muon_lrs": args.muon_lrs, "tune_seeds": args.tune_seeds,
            "seeds": args.seeds, "log_every": args.log_every}
@@ -258,13 +233,9 @@ def main(argv: list[str] | None = None) -> int:
         results = run(cfg, progress=not args.no_progress)
     finally:
         torch.set_num_threads(threads)
-    from svmuon.bench._common import hardware
-
     results = {"experiment": NAME, "command": f"python -m svmuon.experiments {NAME} " + " ".join(argv or []),
-               "hardware": {**hardware(), "torch_threads": args.threads}, **results}
-    out = args.output or default_output()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
+               "hardware": environment(torch_threads=args.threads), **results}
+    save(out, results)
     for m, s in results["summary"].items():
         print(f"{m:6s} lr={results['chosen_lr'][m]:g} test acc {s['test_acc_mean']:.4f} ± {s['test_acc_std']:.4f}; "
               + ", ".join(f"{k} H_p1 {s[k + '/H_p1']['mean']:.3f}" for k in MATRICES))

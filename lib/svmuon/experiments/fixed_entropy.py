@@ -8,8 +8,8 @@ value is best?* Each hidden weight matrix (n_out × n_in, k = min of the two) is
 
 (book eq. eq-fixed-entropy-layer), so its normalised spectrum ``σ^r / Σσ^r`` is ``p`` and its entropy is ``h``
 exactly, whatever U, V, z and c are (:mod:`svmuon.spectral.level_set`). ``U`` and ``V`` are trained by
-:class:`svmuon.ManifoldMuon` on their Stiefel manifolds (``Stiefel(rank_rtol=1e-2)``: a minibatch gradient has
-low rank), everything else by Adam. The arms:
+:class:`svmuon.ManifoldMuon` on their Stiefel manifolds (``Stiefel()``, the default closed-form ``"completion"``
+direction, and momentum kept tangent), everything else by Adam. The arms:
 
 * ``shape``: a fixed spectrum shape, ``z_i = -i/(k-1)`` (an exponential profile ``p_i ∝ e^{-β i/(k-1)}``),
   with a learned overall scale ``c``;
@@ -40,24 +40,25 @@ he2015delving, loshchilov2019decoupled.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
-import os
-import platform
-import sysconfig
 import time
-from datetime import date
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm import tqdm  # plain: tqdm.auto warns on stderr in a notebook without ipywidgets (a chapter imports this)
 
-from svmuon._cli import describe
-from svmuon.experiments._loop import train_epoch
-from svmuon.spectral.layers import FixedEntropyLinear  # noqa: F401 (re-exported: fe.FixedEntropyLinear)
+from svmuon import results
+from svmuon._cli import describe, float_in, nonnegative_int, output_folder, positive_float, positive_int
+from svmuon._cli import seed as seed_arg
+from svmuon._paths import default_results_dir
+from svmuon.experiments.fixed_entropy_model import OTHER_LR, FixedEntropyLinear, Net, layer_entropies, make_optimizers
+from svmuon.experiments.fixed_entropy_model import stiefel_defect
+from svmuon.experiments.runs import check_output, environment, evaluate, load_digits, save, text_corpus, train_epoch
+
+__all__ = ["FixedEntropyLinear", "Net", "make_optimizers", "layer_entropies", "load_task", "train", "plan",
+           "run_task", "previous_runs", "main"]
 
 NAME = "fixed-entropy"
 DELTAS = (3.0, 2.0, 1.2, 0.7, 0.42, 0.2, 0.1)  # δ = log k - h; δ = 0 is the "orthogonal" arm
@@ -71,48 +72,19 @@ TASKS = {
     "text": dict(sizes=(64, 256, 64, 97), epochs=6, batch_size=128, steps_per_epoch=150, context=8, embed=8),
 }
 GRIDS = {"manifold": [0.001, 0.002, 0.005, 0.01], "muon": [3e-4, 1e-3, 3e-3, 1e-2], "adamw": [3e-4, 1e-3, 3e-3, 1e-2]}
-OTHER_LR = 3e-3  # Adam on z, the scale, the biases, the output layer and the embedding in the constrained arms
-TEXT_CHARS = 400_000
+TEXT_CHARS = 400_000  # characters of the text corpus (svmuon.experiments.runs.text_corpus)
 
 
 # ---------------------------------------------------------------------------------------------- data
-
-def text_corpus(chars: int = TEXT_CHARS, *, recursive: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
-    """The first ``chars`` characters of the standard library's top-level ``*.py`` files (sorted by name; with
-    ``recursive``, every ``*.py`` below the standard library's folder, sorted by relative path, without
-    ``site-packages``) as tokens: ``'\\n'`` -> 0, ``' '``..``'~'`` -> 1..95, anything else -> 96. Returns
-    ``(tokens, description)``; the description names every file used (``names``, relative paths) and the
-    SHA-256 of the text, so that a run can be matched to its data exactly."""
-    folder = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(folder.rglob("*.py")) if recursive else sorted(folder.glob("*.py"))
-    files = [f for f in files if not {"site-packages", "__pycache__"} & set(f.relative_to(folder).parts)]
-    parts, total, used = [], 0, []
-    for f in files:
-        text = f.read_text(encoding="utf-8", errors="replace")
-        parts.append(text)
-        used.append(f.relative_to(folder).as_posix())
-        total += len(text)
-        if total >= chars:
-            break
-    joined = "".join(parts)[:chars]
-    codes = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
-    tokens = np.where(codes == 10, 0, np.where((codes >= 32) & (codes <= 126), codes - 31, 96))
-    info = {"source": str(folder), "files": len(used), "first": used[0], "last": used[-1], "chars": int(len(tokens)),
-            "python": platform.python_version(), "unknown_fraction": float((tokens == 96).mean()),
-            "names": used, "sha256": hashlib.sha256(joined.encode("utf-8")).hexdigest()}
-    return tokens, info
-
 
 def load_task(task: str, chars: int = TEXT_CHARS) -> dict[str, Any]:
     """``{"train"|"val"|"test": (X, y), "info": ...}``; text: contiguous 80/10/10 split of the corpus, X the
     ``(N, context)`` windows of every position (val/test: 8000 evenly spaced ones)."""
     if task.startswith("digits"):
-        from svmuon.experiments.digits_training import load_data
-
-        data = load_data()
+        data: dict[str, Any] = load_digits()
         data["info"] = {"source": "sklearn.datasets.load_digits", "train": len(data["train"][1])}
         return data
-    tokens, info = text_corpus(chars)
+    tokens, info = text_corpus(chars)  # the standard library's own source, offline
     ctx = TASKS["text"]["context"]
     t = torch.from_numpy(tokens)
     n = len(t)
@@ -127,73 +99,7 @@ def load_task(task: str, chars: int = TEXT_CHARS) -> dict[str, Any]:
     return data
 
 
-# --------------------------------------------------------------------------------------------- model
-
-class Net(torch.nn.Module):
-    """MLP ``sizes[0] -> sizes[1] -> ... -> sizes[-1]`` (ReLU after each hidden layer); the hidden matrices (all
-    but the output layer) plain ``Linear`` (``arm=None``) or :class:`FixedEntropyLinear`; ``embed``: an
-    embedding of ``context`` tokens in front."""
-
-    def __init__(self, sizes: tuple[int, ...], seed: int, arm: str | None = None, delta: float = 0.0,
-                 power: float = 1, context: int = 0, embed: int = 0, dtype: torch.dtype = torch.float32) -> None:
-        super().__init__()
-        torch.manual_seed(seed)
-        gen = torch.Generator().manual_seed(seed)
-        pairs = list(zip(sizes[:-2], sizes[1:-1]))  # (n_in, n_out) of each hidden matrix
-        self.embedding = torch.nn.Embedding(97, embed, dtype=dtype) if embed else None
-        if arm is None:
-            self.hidden = torch.nn.ModuleList([torch.nn.Linear(a, b, dtype=dtype) for a, b in pairs])
-        else:
-            learn = arm == "level_set"
-            self.hidden = torch.nn.ModuleList([FixedEntropyLinear(a, b, delta, power, learn, gen, dtype)
-                                               for a, b in pairs])
-        self.out = torch.nn.Linear(sizes[-2], sizes[-1], dtype=dtype)
-
-    def weights(self) -> list[torch.Tensor]:
-        return [m.weight() if isinstance(m, FixedEntropyLinear) else m.weight for m in self.hidden]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.embedding is not None:
-            x = self.embedding(x).flatten(1)
-        for layer in self.hidden:
-            x = torch.relu(layer(x))
-        return self.out(x)
-
-
-def make_optimizers(net: Net, method: str, lr: float) -> list[torch.optim.Optimizer]:
-    """The optimizers of one arm: ManifoldMuon on U, V + Adam (constrained arms), Muon + AdamW, or AdamW."""
-    if method == "adamw":
-        return [torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.01)]
-    hidden = [m.weight for m in net.hidden] if method == "muon" else [p for m in net.hidden for p in (m.U, m.V)]
-    ids = {id(p) for p in hidden}
-    rest = [p for p in net.parameters() if id(p) not in ids]
-    if method == "muon":
-        from svmuon.optim.muon import Muon
-
-        return [Muon(hidden, lr=lr, weight_decay=0.01, momentum=0.95, adjust_lr_fn="match_rms_adamw",
-                     compute_dtype=torch.float32), torch.optim.AdamW(rest, lr=OTHER_LR, weight_decay=0.01)]
-    from svmuon.optim.manifold_muon import ManifoldMuon
-    from svmuon.orthogonal.stiefel import Stiefel
-
-    return [ManifoldMuon(hidden, lr=lr, momentum=0.9, manifold=Stiefel(rank_rtol=1e-2)),
-            torch.optim.Adam(rest, lr=OTHER_LR)]
-
-
 # ------------------------------------------------------------------------------------------ training
-
-def _evaluate(net: Net, X: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
-    with torch.no_grad():
-        logits = net(X)
-        return float(torch.nn.functional.cross_entropy(logits, y)), float((logits.argmax(1) == y).float().mean())
-
-
-def layer_entropies(net: Net, power: float) -> list[float]:
-    """Singular-value entropy (nats, normalisation power ``power``) of each hidden matrix, from its SVD."""
-    from svmuon.spectral.entropy import singular_value_entropy
-
-    with torch.no_grad():
-        return [float(singular_value_entropy(W.detach().double(), power=power)) for W in net.weights()]
-
 
 def train(task: str, data: dict[str, Any], method: str, lr: float, seed: int, *, delta: float = 0.0,
           power: float = 1, epochs: int | None = None, steps_per_epoch: int | None = None,
@@ -219,13 +125,13 @@ def train(task: str, data: dict[str, Any], method: str, lr: float, seed: int, *,
             batches = torch.randint(len(y), (per_epoch, bs), generator=gen).unbind(0)
         total = train_epoch(net, opts, X, y, batches)
         curve.append({"train_loss": total / sum(len(b) for b in batches),
-                      "val_loss": _evaluate(net, Xv, data["val"][1])[0]})
+                      "val_loss": evaluate(net, Xv, data["val"][1])[0]})
         if arm:
             H = layer_entropies(net, power)
             worst_gap = max(worst_gap, max(abs(x - m.h) for x, m in zip(H, net.hidden)))
-            worst_defect = max(worst_defect, max(_defect(m) for m in net.hidden))
-    test_loss, test_acc = _evaluate(net, Xt, data["test"][1])
-    val_loss, val_acc = _evaluate(net, Xv, data["val"][1])
+            worst_defect = max(worst_defect, max(stiefel_defect(m) for m in net.hidden))
+    test_loss, test_acc = evaluate(net, Xt, data["test"][1])
+    val_loss, val_acc = evaluate(net, Xv, data["val"][1])
     out = {"task": task, "method": method, "delta": 0.0 if method == "orthogonal" else delta, "power": power,
            "seed": seed, "lr": lr, "test_loss": test_loss, "test_acc": test_acc, "val_loss": val_loss,
            "val_acc": val_acc, "curve": curve, "seconds": time.perf_counter() - t0,
@@ -235,13 +141,6 @@ def train(task: str, data: dict[str, Any], method: str, lr: float, seed: int, *,
         out |= {"max_entropy_error": worst_gap, "max_stiefel_defect": worst_defect,
                 "scale": [float(m.log_scale.detach().exp()) for m in net.hidden]}
     return out
-
-
-def _defect(m: FixedEntropyLinear) -> float:
-    """The larger Stiefel defect ``‖QᵀQ - I‖_max`` of the layer's ``U`` and ``V``."""
-    from svmuon.orthogonal.stiefel import Stiefel
-
-    return max(float(Stiefel().defect(Q.detach())) for Q in (m.U, m.V))
 
 
 # ----------------------------------------------------------------------------------------------- plan
@@ -261,59 +160,80 @@ def _key(r: dict[str, Any]) -> tuple:
     return (r["method"], round(float(r["delta"]), 6), float(r["power"]), int(r["seed"]))
 
 
-def _environment() -> dict[str, Any]:
-    import svmuon
-
-    return {"date": date.today().isoformat(), "machine": platform.machine(), "processor": platform.processor(),
-            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "python": platform.python_version(),
-            "torch": torch.__version__, "numpy": np.__version__, "svmuon": svmuon.__version__}
-
-
-def _save(path: Path, doc: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(json.dumps(doc, indent=1) + "\n")
-        f.flush()
-        os.fsync(f.fileno())  # the data reaches the disk before the rename: a crash leaves the old or new file
-    tmp.replace(path)  # atomic: an interrupted run never leaves a half-written file
-
-
-def _check_resumable(path: Path, doc: dict[str, Any], fresh: dict[str, Any]) -> None:
+def _check_resumable(path: Path, doc: dict[str, Any], head: dict[str, Any]) -> None:
     """Refuse to resume a results file written by another experiment, task or configuration: its finished
     runs (keyed by method, δ, r, seed only) and its tuned learning rates would be mixed silently with the new
     ones (e.g. a 1-epoch ``--smoke`` file taken as finished full runs). Files from before the ``settings``
-    record hold full runs with the default settings."""
-    if doc is fresh:
-        return
+    record hold full runs with the default settings. ``head``: the identifying fields of this run."""
     same = lambda a, b: json.loads(json.dumps(a)) == json.loads(json.dumps(b))  # noqa: E731 (tuples vs lists)
     recorded = doc.get("settings", {"epochs": None, "steps_per_epoch": None, "tune": True, "chars": TEXT_CHARS})
     for field in ("experiment", "task", "config", "grids", "other_lr"):
-        if not same(doc.get(field), fresh[field]):
-            raise ValueError(f"{path} holds {field} = {doc.get(field)!r}, not {fresh[field]!r}: it is not a resumable "
-                             f"result of this run; choose another --output-dir or move the file away")
-    if not same(recorded, fresh["settings"]):
-        raise ValueError(f"{path} was written with settings {recorded!r}, this run uses {fresh['settings']!r} "
-                         f"(a --smoke file and a full sweep cannot share a file); choose another --output-dir")
-    doc.setdefault("settings", fresh["settings"])
+        if not same(doc.get(field), head[field]):
+            raise results.ResultsFileError(
+                f"{path} holds {field} = {doc.get(field)!r}, not {head[field]!r}: it is not a resumable result of "
+                "this run; choose another --output-dir or move the file away")
+    if not same(recorded, head["settings"]):
+        raise results.ResultsFileError(
+            f"{path} was written with settings {recorded!r}, this run uses {head['settings']!r} (a --smoke file "
+            "and a full sweep cannot share a file); choose another --output-dir")
+    for field, kind in (("runs", list), ("tuning", list), ("lr", dict), ("lr_check", list)):
+        if field in doc and not isinstance(doc[field], kind):
+            raise results.ResultsFileError(f"{path}: its {field!r} field is a {type(doc[field]).__name__}, "
+                                           f"expected a {kind.__name__}: the file is damaged")
+    doc.setdefault("settings", head["settings"])
+
+
+def _head(task: str, settings: dict[str, Any]) -> dict[str, Any]:
+    return {"experiment": NAME, "task": task, "config": TASKS[task], "grids": GRIDS, "other_lr": OTHER_LR,
+            "settings": settings}
+
+
+def _settings(epochs: int | None, steps_per_epoch: int | None, tune: bool, chars: int) -> dict[str, Any]:
+    return {"epochs": epochs, "steps_per_epoch": steps_per_epoch, "tune": tune, "chars": chars}
+
+
+SMOKE = dict(epochs=1, steps_per_epoch=20, tune=False, chars=20_000)  # the --smoke settings
+
+
+def previous_runs(path: Path, task: str, settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The results file ``path`` of an earlier run of the same task and settings (to resume), or ``None``
+    if there is none. Raises ``svmuon.results.ResultsFileError`` (a ValueError naming the file and what is
+    wrong) for an empty, damaged or foreign file, or one of another task or configuration."""
+    if not path.exists():
+        return None
+    doc = results.load(path, expect={"experiment": NAME})
+    _check_resumable(path, doc, _head(task, settings))
+    return doc
 
 
 def run_task(task: str, path: Path, *, seeds: list[int], deltas: tuple[float, ...], powers: list[float],
              square_seeds: int, epochs: int | None = None, steps_per_epoch: int | None = None, tune: bool = True,
-             chars: int = TEXT_CHARS, lr_check: tuple[float, ...] = ()) -> dict[str, Any]:
+             chars: int = TEXT_CHARS, lr_check: tuple[float, ...] = (), fresh: bool = False) -> dict[str, Any]:
     """Tune (seed 0), then run the plan for one task, saving after every run; finished runs are skipped.
+
+    The results file is locked for the whole call (:func:`svmuon.results.lock`): a second run on the same
+    file waits, then resumes from what the first one wrote. ``fresh``: start from nothing and replace the file
+    (the ``--smoke`` runs); the file must then hold a result of the same settings (a smoke file), so that a
+    smoke run never overwrites a full sweep.
 
     ``lr_check``: offsets δ at which both fixed-entropy arms (r = 1) also run at every other rate of the
     manifold grid, all seeds (``doc["lr_check"]``): the rate was tuned at δ = 0, and this shows whether a
     point loses only for want of its own rate."""
-    data = load_task(task, chars)
-    settings = {"epochs": epochs, "steps_per_epoch": steps_per_epoch, "tune": tune, "chars": chars}
-    fresh = {"experiment": NAME, "task": task, "config": TASKS[task], "grids": GRIDS, "other_lr": OTHER_LR,
-             "settings": settings, "data": data["info"], "tuning": [], "runs": []}
-    doc = json.loads(path.read_text()) if path.exists() else fresh
-    _check_resumable(path, doc, fresh)
-    doc["environment"] = _environment()
-    kw = dict(epochs=epochs, steps_per_epoch=steps_per_epoch)
+    settings = _settings(epochs, steps_per_epoch, tune, chars)
+    with results.lock(path):
+        old = previous_runs(path, task, settings)  # before the data: a bad file fails at once
+        data = load_task(task, chars)
+        doc = {**_head(task, settings), "data": data["info"], "tuning": [], "runs": []}
+        if old is not None and not fresh:
+            doc = old
+        return _run_locked(task, path, doc, data, seeds=seeds, deltas=deltas, powers=powers,
+                           square_seeds=square_seeds, lr_check=lr_check,
+                           kw=dict(epochs=epochs, steps_per_epoch=steps_per_epoch), tune=tune)
+
+
+def _run_locked(task: str, path: Path, doc: dict[str, Any], data: dict[str, Any], *, seeds, deltas, powers,
+                square_seeds, lr_check, kw, tune) -> dict[str, Any]:
+    doc["environment"] = environment()
     if "lr" not in doc:
         lrs = {}
         for group, methods in (("manifold", ["orthogonal"]), ("muon", ["muon"]), ("adamw", ["adamw"])):
@@ -325,7 +245,7 @@ def run_task(task: str, path: Path, *, seeds: list[int], deltas: tuple[float, ..
                        key=lambda t: (math.isnan(t["val_loss"]), t["val_loss"]))
             lrs[group] = best["lr"]
         doc["lr"] = lrs
-        _save(path, doc)
+        save(path, doc, indent=1)
     done = {_key(r) for r in doc["runs"]}
     todo = []
     for r in plan(seeds, deltas, powers, square_seeds):  # repeated --seeds/--deltas/--powers: each point once
@@ -335,8 +255,8 @@ def run_task(task: str, path: Path, *, seeds: list[int], deltas: tuple[float, ..
     for spec in tqdm(todo, desc=f"{task} sweep"):
         group = spec["method"] if spec["method"] in ("muon", "adamw") else "manifold"
         doc["runs"].append(train(task, data, lr=doc["lr"][group], **spec, **kw))
-        doc["environment"] = _environment()
-        _save(path, doc)
+        doc["environment"] = environment()
+        save(path, doc, indent=1)
     checked = {(r["method"], round(float(r["delta"]), 6), int(r["seed"]), float(r["lr"]))
                for r in doc.get("lr_check", [])}
     extra = [dict(method=m, delta=d, seed=s, lr=lr) for d in lr_check for m in ("shape", "level_set")
@@ -344,50 +264,77 @@ def run_task(task: str, path: Path, *, seeds: list[int], deltas: tuple[float, ..
     extra = [e for e in extra if (e["method"], round(e["delta"], 6), e["seed"], float(e["lr"])) not in checked]
     for spec in tqdm(extra, desc=f"{task} learning-rate check"):
         doc.setdefault("lr_check", []).append(train(task, data, power=1, **spec, **kw))
-        _save(path, doc)
+        save(path, doc, indent=1)
     return doc
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m svmuon.experiments fixed-entropy", description=describe(__doc__))
     parser.add_argument("--tasks", nargs="+", default=["digits", "text"], choices=list(TASKS),
                         help="tasks (default: digits text; digits-wide is the width check, run with fewer δ)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of every point (default 0 1 2)")
-    parser.add_argument("--deltas", type=float, nargs="+", default=list(DELTAS),
+    parser.add_argument("--seeds", type=seed_arg, nargs="+", default=[0, 1, 2],
+                        help="seeds of every point (default 0 1 2)")
+    parser.add_argument("--deltas", type=float_in(0.0), nargs="+", default=list(DELTAS),
                         help="offsets δ = log k - h of the fixed-entropy arms (default: %(default)s; δ = 0 always runs)")
-    parser.add_argument("--powers", type=float, nargs="+", default=[1, 2], help="normalisation powers r (default 1 2)")
-    parser.add_argument("--square-seeds", type=int, default=2, help="seeds of the r != 1 runs (default 2)")
-    parser.add_argument("--output-dir", type=Path, default=None,
-                        help="folder of fixed-entropy-<task>.json (default experiments/results)")
+    parser.add_argument("--powers", type=positive_float, nargs="+", default=[1, 2],
+                        help="normalisation powers r (default 1 2)")
+    parser.add_argument("--square-seeds", type=nonnegative_int, default=2, help="seeds of the r != 1 runs (default 2)")
+    parser.add_argument("--output-dir", type=output_folder, default=None,
+                        help="folder of fixed-entropy-<task>.json (default: experiments/results of the book's "
+                             "repository when run inside it, else under the working directory)")
     parser.add_argument("--smoke", action="store_true",
-                        help="seconds-long check: 1 epoch of 20 steps, one seed, δ = 0.42, no tuning; writes to "
-                             "--output-dir (required with --smoke)")
-    parser.add_argument("--lr-check", type=float, nargs="*", default=[0.42],
-                        help="δ values where both arms also run at the other rates of the grid (default 0.42)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: one process per core)")
-    args = parser.parse_args(argv)
-    for task in args.tasks:  # fail before hours of tuning, not at the first run of a bad δ
+                        help="seconds-long check: 1 epoch of 20 steps, the first seed, δ = 0.42, no tuning; starts "
+                             "afresh and replaces an earlier smoke file; needs --output-dir")
+    parser.add_argument("--lr-check", type=float_in(0.0), nargs="*", default=None,
+                        help="δ values, among --deltas, where both arms also run at the other rates of the grid "
+                             "(default 0.42 when --deltas holds it)")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1: one process per core)")
+    return parser
+
+
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Everything that can fail, checked before hours of tuning: δ per task, --lr-check, the results files."""
+    for task in args.tasks:
         sizes = TASKS[task]["sizes"]
         k = min(min(a, b) for a, b in zip(sizes[:-2], sizes[1:-1]))
         bad = [d for d in args.deltas if not 0 <= d < math.log(k)]
         if bad:
             parser.error(f"--deltas must lie in [0, log k) = [0, {math.log(k):.4g}) for task {task}, got {bad}")
-    torch.set_num_threads(args.threads)
-    if args.smoke:
-        if args.output_dir is None:
-            parser.error("--smoke needs --output-dir (it must not overwrite the recorded results)")
-        for task in args.tasks:
-            doc = run_task(task, args.output_dir / f"{NAME}-{task}.json", seeds=args.seeds[:1], deltas=(0.42,),
-                           powers=[1], square_seeds=0, epochs=1, steps_per_epoch=20, tune=False, chars=20_000)
-            print(task, "runs", len(doc["runs"]))
-        return 0
-    from svmuon._paths import results_dir
-
-    folder = args.output_dir or results_dir("experiments")
+    swept = {round(d, 6) for d in args.deltas}
+    if args.lr_check is None:
+        args.lr_check = [0.42] if 0.42 in swept and 1 in args.powers else []
+    outside = [d for d in args.lr_check if round(d, 6) not in swept]
+    if outside and not args.smoke:
+        parser.error(f"--lr-check values must be among --deltas {args.deltas}, got {outside}")
+    if args.lr_check and 1 not in args.powers and not args.smoke:
+        parser.error("--lr-check runs at power r = 1, which --powers does not hold")
+    if args.smoke and args.output_dir is None:
+        parser.error("--smoke needs --output-dir (it must not overwrite the recorded results)")
+    folder = args.output_dir or check_output(parser, default_results_dir("experiments"), "--output-dir", folder=True)
+    settings = _settings(**SMOKE) if args.smoke else _settings(None, None, True, TEXT_CHARS)
     for task in args.tasks:
-        doc = run_task(task, folder / f"{NAME}-{task}.json", seeds=args.seeds, deltas=tuple(args.deltas),
-                       powers=args.powers, square_seeds=args.square_seeds, lr_check=tuple(args.lr_check))
-        print(f"{task}: {len(doc['runs'])} runs in {folder / f'{NAME}-{task}.json'}")
+        try:
+            previous_runs(folder / f"{NAME}-{task}.json", task, settings)
+        except (OSError, results.ResultsFileError) as err:
+            parser.error(str(err))
+    args.folder = folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _check_args(parser, args)
+    torch.set_num_threads(args.threads)
+    for task in args.tasks:
+        path = args.folder / f"{NAME}-{task}.json"
+        if args.smoke:
+            doc = run_task(task, path, seeds=args.seeds[:1], deltas=(0.42,), powers=[1], square_seeds=0,
+                           **SMOKE, fresh=True)
+            print(task, "runs", len(doc["runs"]))
+        else:
+            doc = run_task(task, path, seeds=args.seeds, deltas=tuple(args.deltas), powers=args.powers,
+                           square_seeds=args.square_seeds, lr_check=tuple(args.lr_check))
+            print(f"{task}: {len(doc['runs'])} runs in {path}")
     return 0
 
 

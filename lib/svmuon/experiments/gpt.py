@@ -41,16 +41,19 @@ import argparse
 import dataclasses
 import json
 import math
-import os
-from datetime import date
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm import tqdm
 
-from svmuon._cli import describe
+from svmuon import results
+from svmuon._cli import describe, float_in, output_folder, positive_int, refuse_repeats
+from svmuon._cli import device as device_arg
+from svmuon._cli import seed as seed_arg
+from svmuon._paths import default_results_dir
 from svmuon.experiments import _gpt_train as gt
+from svmuon.experiments import runs
 from svmuon.experiments._gpt_model import GPT, GPTConfig  # noqa: F401 (public through this module)
 from svmuon.experiments._gpt_results import (  # noqa: F401 (the chapter's readers, public through this module)
     MEASURES, curves_frame, entropy_frame, final_entropy_by_kind, load, mean_se, runs_frame)
@@ -82,11 +85,38 @@ def results_path(folder: Path, size: str, arm: str) -> Path:
     return Path(folder) / f"{NAME}-{size}-{arm}.json"
 
 
-def _environment() -> dict[str, Any]:
-    import svmuon
-    from svmuon.bench._common import hardware
+def _hyper() -> dict[str, Any]:
+    """The fixed hyperparameters, recorded in every file (and part of what a resumed file must match)."""
+    from svmuon.orthogonal.stiefel import Stiefel
 
-    return dict(hardware(), date=date.today().isoformat(), svmuon=svmuon.__version__)
+    stiefel = {k: v if isinstance(v, (int, float, str, bool, type(None))) else str(v)
+               for k, v in dataclasses.asdict(Stiefel().options).items()}
+    return {"weight_decay": gt.WEIGHT_DECAY, "betas": list(gt.BETAS), "momentum": gt.MOMENTUM,
+            "schedule": "linear warm-up, cosine to 0.1", "stiefel": stiefel}
+
+
+def identity(arm: str, size_name: str, size: gt.Size, grid: list[float]) -> dict[str, Any]:
+    """What a results file of this arm and size must hold to be resumed by this run."""
+    return {"experiment": NAME, "arm": arm, "size": size_name, "config": size.record(), "grid": list(grid),
+            "other_lr": gt.OTHER_LR, "hyper": _hyper()}
+
+
+def previous(path: Path, ident: dict[str, Any]) -> dict[str, Any] | None:
+    """The recorded document at ``path`` if it can be resumed, ``None`` if there is no file.
+
+    Raises:
+        ValueError: the file holds another experiment, arm, size, configuration, grid or hyperparameters (its
+            finished runs would be mixed with new ones); ``svmuon.results.ResultsFileError`` for a damaged file.
+    """
+    if not path.exists():
+        return None
+    doc = results.load(path, expect={"experiment": NAME})
+    same = lambda a, b: json.loads(json.dumps(a)) == json.loads(json.dumps(b))  # noqa: E731 (tuples vs lists)
+    for key, value in ident.items():
+        if not same(doc.get(key), value):
+            raise ValueError(f"{path} holds {key} = {doc.get(key)!r}, not {value!r}: it is not a resumable result "
+                             "of this run; choose another --output-dir or move the file away")
+    return doc
 
 
 def _finite(x: Any) -> Any:
@@ -100,40 +130,10 @@ def _finite(x: Any) -> Any:
     return x
 
 
-def _dumps(doc: dict[str, Any]) -> str:
-    """Indented JSON with each run on one line (a run's curves and entropies are long columns)."""
-    doc = _finite(doc)
-    head = json.dumps({k: v for k, v in doc.items() if k != "runs"}, indent=1, allow_nan=False)
-    lines = ",\n".join("  " + json.dumps(r, separators=(",", ":"), allow_nan=False) for r in doc.get("runs", []))
-    return head[:-2] + ',\n "runs": [\n' + lines + "\n ]\n}\n"
-
-
 def _save(path: Path, doc: dict[str, Any]) -> None:
-    """Atomic write: the data reach the disk before the rename, so a crash leaves the old or the new file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(_dumps(doc))
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
-
-
-_IDENTITY = ("experiment", "arm", "size", "config", "grid", "other_lr", "hyper")
-
-
-def _open(path: Path, fresh: dict[str, Any]) -> dict[str, Any]:
-    """The file's document if it holds the same experiment, arm and settings (resumable), else ``fresh``;
-    a file of other settings is refused (its finished runs would be mixed with new ones)."""
-    if not path.exists():
-        return fresh
-    doc = json.loads(path.read_text())
-    same = lambda a, b: json.loads(json.dumps(a)) == json.loads(json.dumps(b))  # noqa: E731 (tuples vs lists)
-    for key in _IDENTITY:
-        if not same(doc.get(key), fresh[key]):
-            raise ValueError(f"{path} holds {key} = {doc.get(key)!r}, not {fresh[key]!r}: it is not a resumable result "
-                             "of this run; choose another --output-dir or move the file away")
-    return doc
+    """Atomic, locked write (:func:`svmuon.experiments.runs.save`), compact: a run's curves and entropies are
+    long columns."""
+    runs.save(path, _finite(doc), indent=None)
 
 
 def _key(spec: dict[str, Any]) -> tuple:
@@ -167,8 +167,9 @@ def _best(runs: list[dict[str, Any]], grid: list[float]) -> float:
 
 
 def _muon_rate(folder: Path, size: str) -> float | None:
+    """Muon's tuned rate from its results file of this size (``None`` before its tuning is done)."""
     path = results_path(folder, size, "muon")
-    return json.loads(path.read_text()).get("lr") if path.exists() else None
+    return results.load(path, expect={"experiment": NAME}).get("lr") if path.exists() else None
 
 
 def run_arm(arm: str, size_name: str, size: gt.Size, grid: list[float], folder: Path, data: dict[str, Any], *,
@@ -179,13 +180,10 @@ def run_arm(arm: str, size_name: str, size: gt.Size, grid: list[float], folder: 
     ``size_name`` names the file (``gpt-<size_name>-<arm>.json``), ``size`` is its configuration and
     ``grid`` the arm's learning rates."""
     path = results_path(folder, size_name, arm)
-    hyper = {"weight_decay": gt.WEIGHT_DECAY, "betas": gt.BETAS, "momentum": gt.MOMENTUM,
-             "schedule": "linear warm-up, cosine to 0.1", "stiefel": "Stiefel() defaults"}
-    fresh = {"experiment": NAME, "arm": arm, "size": size_name, "config": size.record(), "grid": grid,
-             "other_lr": gt.OTHER_LR, "hyper": hyper, "note": note, "data": data["info"],
-             "baselines": gt.gaussian_baselines(size.model, baseline_draws), "runs": []}
-    doc = _open(path, fresh)
-    doc["environment"] = _environment()
+    ident = identity(arm, size_name, size, grid)
+    doc = previous(path, ident) or {**ident, "note": note, "data": data["info"],
+                                    "baselines": gt.gaussian_baselines(size.model, baseline_draws), "runs": []}
+    doc["environment"] = runs.environment()
     done = {_key(r) for r in doc["runs"]}
 
     def run(specs: list[dict[str, Any]], what: str) -> None:
@@ -200,7 +198,7 @@ def run_arm(arm: str, size_name: str, size: gt.Size, grid: list[float], folder: 
                 doc["muon_lr"] = muon_lr
             doc["runs"].append(gt.train(arm, data, size, progress=True, muon_lr=muon_lr, **spec))
             done.add(_key(spec))
-            doc["environment"] = _environment()
+            doc["environment"] = runs.environment()
             _save(path, doc)
 
     run(tuning_plan(arm, grid), "tuning")
@@ -216,46 +214,54 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m svmuon.experiments gpt", description=describe(__doc__))
     p.add_argument("--arms", nargs="+", default=list(gt.ARMS), choices=gt.ARMS,
                    help="arms to run, in this order (default: all; muon before those that need its rate)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the final runs (default 0 1 2)")
-    p.add_argument("--deltas", type=float, nargs="+", default=list(DELTAS),
+    p.add_argument("--seeds", type=seed_arg, nargs="+", default=[0, 1, 2],
+                   help="seeds of the final runs (default 0 1 2; tuning always uses seed 0)")
+    p.add_argument("--deltas", type=float_in(0.0), nargs="+", default=list(DELTAS),
                    help="δ = log k - h of the fixed-entropy runs with every matrix fixed (default %(default)s)")
-    p.add_argument("--scope-deltas", type=float, nargs="*", default=list(SCOPE_DELTAS),
+    p.add_argument("--scope-deltas", type=float_in(0.0), nargs="*", default=list(SCOPE_DELTAS),
                    help="δ of the checks with only attention / only the MLP fixed (default %(default)s)")
     p.add_argument("--size", default="cpu", choices=[s for s in SIZES if s != "smoke"],
                    help="cpu (the study, default), pilot (smaller, 300 steps), gpu (larger, CUDA, bf16 autocast)")
-    p.add_argument("--device", default=None, help="torch device (default: the size's, cpu or cuda)")
-    p.add_argument("--output-dir", type=Path, default=None, help="folder of gpt-<size>-<arm>.json "
-                   "(default experiments/results; required with --smoke)")
+    p.add_argument("--device", type=device_arg, default=None, help="cpu or cuda (default: the size's)")
+    p.add_argument("--output-dir", type=output_folder, default=None, help="folder of gpt-<size>-<arm>.json "
+                   "(default: experiments/results of the book's repository; required with --smoke)")
     p.add_argument("--smoke", action="store_true", help="every code path in seconds: a tiny model, 6 steps, two "
                    "rates of each grid, the --size's device and precision (gpu: bf16 autocast, also on a CPU)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: one process per core)")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1: one process per core)")
     p.add_argument("--note", default=None, help="a note stored in every results file (default: none; the "
                    "pilot size stores its pilot note)")
     return p
 
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Every argument, before any compute."""
+    """Every argument and every results file to be resumed, before any compute; sets ``args.plan``."""
+    refuse_repeats(parser, arms=args.arms, seeds=args.seeds, deltas=args.deltas, scope_deltas=args.scope_deltas)
     if args.smoke and args.output_dir is None:
         parser.error("--smoke needs --output-dir (it must not overwrite the recorded results)")
-    if min(args.seeds) < 0 or len(set(args.seeds)) != len(args.seeds):
-        parser.error(f"--seeds must be distinct integers >= 0, got {args.seeds}")
-    k = SIZES["smoke" if args.smoke else args.size].model.d_model  # the smallest k of any hidden matrix
+    device = args.device or SIZES[args.size].device
+    if device == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--size {args.size} runs on CUDA, which torch does not see here; add --device cpu "
+                     "(e.g. with --smoke)")
+    size = dataclasses.replace(SIZES[args.size], device=device)
+    size_name = args.size
+    if args.smoke:  # the tiny model with the chosen size's device, precision and corpus
+        size = dataclasses.replace(SIZES["smoke"], device=device, amp=size.amp, recursive=size.recursive)
+        size_name = f"smoke-{args.size}"
+    k = size.model.d_model  # the smallest k of any hidden matrix
     for name in ("deltas", "scope_deltas"):
-        bad = [d for d in getattr(args, name) if not (0 <= d < math.log(k)) or not math.isfinite(d)]
+        bad = [d for d in getattr(args, name) if not d < math.log(k)]
         if bad:
             parser.error(f"--{name.replace('_', '-')} must lie in [0, log k) = [0, {math.log(k):.4g}), got {bad}")
-    if args.threads < 1:
-        parser.error(f"--threads must be >= 1, got {args.threads}")
-    device = args.device or SIZES[args.size].device
-    try:
-        dev = torch.device(device)
-    except RuntimeError as err:
-        parser.error(f"--device: {err}")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device {device}: CUDA is not available here (use --device cpu, e.g. with --smoke)")
-    if len(set(args.arms)) != len(args.arms):
-        parser.error(f"--arms must not repeat an arm, got {args.arms}")
+    folder = args.output_dir or runs.check_output(parser, default_results_dir("experiments"), "--output-dir",
+                                                  folder=True)
+    grids = {arm: GRIDS[arm][1:3] if args.smoke else (PILOT_GRIDS if size_name == "pilot" else GRIDS)[arm]
+             for arm in args.arms}
+    for arm in args.arms:
+        try:
+            previous(results_path(folder, size_name, arm), identity(arm, size_name, size, grids[arm]))
+        except (OSError, ValueError) as err:  # ResultsFileError is a ValueError
+            parser.error(str(err))
+    args.plan = (size_name, size, folder, grids)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,20 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _check(parser, args)
     torch.set_num_threads(args.threads)
-    device = args.device or SIZES[args.size].device
-    size = dataclasses.replace(SIZES[args.size], device=device)
-    size_name = args.size
-    if args.smoke:  # the tiny model with the chosen size's device, precision and corpus
-        size = dataclasses.replace(SIZES["smoke"], device=device, amp=size.amp, recursive=size.recursive)
-        size_name = f"smoke-{args.size}"
-    from svmuon._paths import results_dir
-
-    folder = args.output_dir or results_dir("experiments")
+    size_name, size, folder, grids = args.plan
     note = args.note if args.note is not None else (PILOT_NOTE if size_name == "pilot" else "")
     data = gt.load_data(size)
     for arm in args.arms:
-        grid = GRIDS[arm][1:3] if args.smoke else (PILOT_GRIDS if size_name == "pilot" else GRIDS)[arm]
-        doc = run_arm(arm, size_name, size, grid, folder, data,
+        doc = run_arm(arm, size_name, size, grids[arm], folder, data,
                       seeds=args.seeds[:2] if args.smoke else args.seeds,
                       deltas=tuple(args.deltas[:2] if args.smoke else args.deltas),
                       scope_deltas=tuple(args.scope_deltas[:1] if args.smoke else args.scope_deltas),

@@ -17,13 +17,12 @@ bjorck1971iterative, amsel2025polar, jordan2024muon.
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import torch
 
-from svmuon._cli import describe
+from svmuon._cli import describe, output_file, positive_int
+from svmuon.experiments.runs import check_output, default_output, environment, save
 
 NAME = "orthogonal-drift"
 METHODS = {
@@ -58,9 +57,12 @@ def run_one(dtype: torch.dtype, method: str, polar_every: int, steps: int, seed:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m svmuon.experiments orthogonal-drift", description=describe(__doc__))
-    parser.add_argument("--steps", type=int, default=10_000, help="steps of each run (default: 10000)")
-    parser.add_argument("--output", type=Path, default=None, help="results file (default: experiments/results/)")
+    parser.add_argument("--steps", type=positive_int, default=10_000, help="steps of each run (default: 10000)")
+    parser.add_argument("--output", type=output_file, default=None,
+                        help=f"results file (default: experiments/results/{NAME}.json of the book's repository when "
+                             "run inside it, else under the working directory)")
     args = parser.parse_args(argv)
+    out = args.output or check_output(parser, default_output("experiments", f"{NAME}.json"))
     torch.set_num_threads(1)
     rows = []
     for dtype in (torch.float32, torch.float64):
@@ -70,11 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"dtype": str(dtype).replace("torch.", ""), "method": method, "polar_every": polar_every, **r})
                 last = {n: f"{e[-1]:.1e}" for n, e in r["error"].items()}
                 print(f"{rows[-1]['dtype']:8s} {method:14s} polar_every={polar_every}  final error {last}  ({r['seconds']:.0f} s)", flush=True)
-    from svmuon._paths import results_dir
-
-    out = args.output or results_dir("experiments") / f"{NAME}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"experiment": NAME, "eta": 0.1, "momentum": 0.0, "sizes": SIZES, "steps": args.steps,
-                               "runs": rows}, indent=1) + "\n")
+    save(out, {"experiment": NAME, "eta": 0.1, "momentum": 0.0, "sizes": SIZES, "steps": args.steps, "runs": rows,
+               "environment": environment(torch_threads=1)})
     print("wrote", out)
     return 0

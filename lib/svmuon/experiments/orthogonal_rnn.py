@@ -22,15 +22,14 @@ Results: ``experiments/results/orthogonal-rnn.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
-import numpy as np
 import torch
 
-from svmuon._cli import describe
-from svmuon.experiments._loop import train_epoch
+from svmuon._cli import describe, output_file, positive_int, refuse_repeats
+from svmuon._cli import seed as seed_arg
+from svmuon.experiments.runs import accuracy, check_output, default_output, environment, load_digits, save
+from svmuon.experiments.runs import train_epoch, tune_then_seeds
 
 NAME = "orthogonal-rnn"
 HIDDEN = 64
@@ -46,15 +45,7 @@ OTHER_LR = 3e-3
 
 def load_sequences(split_seed: int = 0) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Digits as ``(N, 8, 8)`` float32 sequences in [0, 1] (8 rows of 8 pixels), split 60/20/20, stratified."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    X, y = load_digits(return_X_y=True)
-    X = (X / 16.0).astype(np.float32).reshape(-1, 8, 8)
-    X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.2, stratify=y, random_state=split_seed)
-    X_tr, X_va, y_tr, y_va = train_test_split(X_tr, y_tr, test_size=0.25, stratify=y_tr, random_state=split_seed)
-    pack = lambda a, b: (torch.from_numpy(a), torch.from_numpy(b).long())  # noqa: E731
-    return {"train": pack(X_tr, y_tr), "val": pack(X_va, y_va), "test": pack(X_te, y_te)}
+    return load_digits(split_seed, sequences=True)
 
 
 class OrthogonalRNN(torch.nn.Module):
@@ -63,6 +54,7 @@ class OrthogonalRNN(torch.nn.Module):
     def __init__(self, seed: int, hidden: int = HIDDEN, inputs: int = 8, classes: int = 10) -> None:
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
+        # drawn in float32, not with Orthogonal().random (float64): the recorded orthogonal-rnn.json used these
         Q, R = torch.linalg.qr(torch.randn(hidden, hidden, generator=gen))
         self.W = torch.nn.Parameter(Q * torch.sign(torch.diagonal(R)))
         self.inp = torch.nn.Linear(inputs, hidden)
@@ -113,11 +105,6 @@ def _build(method: str, lr: float, seed: int):
     raise ValueError(f"unknown method {method!r}")
 
 
-def _accuracy(model, X, y) -> float:
-    with torch.no_grad():
-        return float((model(X).argmax(1) == y).float().mean())
-
-
 def train(method: str, lr: float, seed: int, data: dict, epochs: int, batch_size: int = 64) -> dict:
     """Train one run; per-epoch loss, validation/test accuracy, orthogonality error; wall-clock seconds."""
     from svmuon.orthogonal.manifolds import Orthogonal
@@ -134,38 +121,37 @@ def train(method: str, lr: float, seed: int, data: dict, epochs: int, batch_size
         total = train_epoch(model, opts, X, y, perm.split(batch_size))
         seconds += time.perf_counter() - t0
         log["loss"].append(total / len(y))
-        log["val_acc"].append(_accuracy(model, *data["val"]))
-        log["test_acc"].append(_accuracy(model, *data["test"]))
+        log["val_acc"].append(accuracy(model, *data["val"]))
+        log["test_acc"].append(accuracy(model, *data["test"]))
         log["orth_error"].append(float(Orthogonal().orthogonality_error(model.recurrent().detach())))
     return {"method": method, "lr": lr, "seed": seed, "seconds": seconds, **log}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m svmuon.experiments orthogonal-rnn", description=describe(__doc__))
-    parser.add_argument("--epochs", type=int, default=25, help="training epochs (default: 25)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], metavar="SEED",
+    parser.add_argument("--epochs", type=positive_int, default=25, help="training epochs (default: 25)")
+    parser.add_argument("--seeds", type=seed_arg, nargs="+", default=[0, 1, 2], metavar="SEED",
                         help="seeds of each run (default: %(default)s)")
-    parser.add_argument("--methods", nargs="+", default=list(GRIDS), metavar="METHOD",
+    parser.add_argument("--methods", nargs="+", default=list(GRIDS), choices=list(GRIDS), metavar="METHOD",
                         help="optimizers to run, from %(default)s (default: all)")
-    parser.add_argument("--output", type=Path, default=None, help="results file (default: experiments/results/)")
+    parser.add_argument("--output", type=output_file, default=None,
+                        help=f"results file (default: experiments/results/{NAME}.json of the book's repository when "
+                             "run inside it, else under the working directory)")
     args = parser.parse_args(argv)
+    refuse_repeats(parser, seeds=args.seeds, methods=args.methods)
+    out = args.output or check_output(parser, default_output("experiments", f"{NAME}.json"))
     torch.set_num_threads(1)
     data = load_sequences()
     tuning, final = [], []
     for method in args.methods:
-        runs = [train(method, lr, 0, data, args.epochs) for lr in GRIDS[method]]
+        run = lambda lr, seed, m=method: train(m, lr, seed, data, args.epochs)  # noqa: E731
+        _, runs, finals = tune_then_seeds(GRIDS[method], run, args.seeds, score=lambda r: r["val_acc"][-1])
         tuning += [{k: r[k] for k in ("method", "lr", "seed", "seconds")} | {"val_acc": r["val_acc"][-1]} for r in runs]
-        best = max(runs, key=lambda r: r["val_acc"][-1])
-        for seed in args.seeds:
-            r = best if seed == 0 else train(method, best["lr"], seed, data, args.epochs)
+        for seed, r in zip(args.seeds, finals):
             final.append(r)
             print(f"{method:17s} lr={r['lr']:<6g} seed={seed} test acc {r['test_acc'][-1]:.3f} loss {r['loss'][-1]:.3f} "
                   f"orth {r['orth_error'][-1]:.1e} {r['seconds']:.1f} s", flush=True)
-    from svmuon._paths import results_dir
-
-    out = args.output or results_dir("experiments") / f"{NAME}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"experiment": NAME, "hidden": HIDDEN, "epochs": args.epochs, "other_lr": OTHER_LR,
-                               "grids": GRIDS, "tuning": tuning, "runs": final}, indent=1) + "\n")
+    save(out, {"experiment": NAME, "hidden": HIDDEN, "epochs": args.epochs, "other_lr": OTHER_LR, "grids": GRIDS,
+               "tuning": tuning, "runs": final, "environment": environment(torch_threads=1)})
     print("wrote", out)
     return 0

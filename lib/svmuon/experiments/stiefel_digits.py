@@ -32,15 +32,15 @@ Results: ``experiments/results/stiefel-digits.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 
-import numpy as np
 import torch
 
-from svmuon._cli import describe
+from svmuon._cli import describe, output_file, positive_int, refuse_repeats
+from svmuon._cli import seed as seed_arg
+from svmuon.experiments.runs import accuracy, check_output, default_output, environment, load_digits, save
+from svmuon.experiments.runs import train_epoch, tune_then_seeds
 
 NAME = "stiefel-digits"
 SIZES = (64, 128, 32, 10)
@@ -55,21 +55,14 @@ GRIDS = {
 OTHER_LR = 3e-3
 
 
-def load_digits_split(split_seed: int = 0) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Digits as ``(N, 64)`` float32 in [0, 1], split 60/20/20 (train/val/test), stratified."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    X, y = load_digits(return_X_y=True)
-    X = (X / 16.0).astype(np.float32)
-    X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.2, stratify=y, random_state=split_seed)
-    X_tr, X_va, y_tr, y_va = train_test_split(X_tr, y_tr, test_size=0.25, stratify=y_tr, random_state=split_seed)
-    pack = lambda a, b: (torch.from_numpy(a), torch.from_numpy(b).long())  # noqa: E731
-    return {"train": pack(X_tr, y_tr), "val": pack(X_va, y_va), "test": pack(X_te, y_te)}
+load_digits_split = load_digits  # the name the Stiefel chapter imports
 
 
 def _orthonormal(rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
-    """A random matrix with orthonormal columns (tall) or rows (wide)."""
+    """A random matrix with orthonormal columns (tall) or rows (wide).
+
+    Drawn in float32, not with ``Stiefel().random`` (which draws in float64): the recorded
+    ``stiefel-digits.json`` was trained from these points."""
     tall = rows >= cols
     Q, R = torch.linalg.qr(torch.randn(max(rows, cols), min(rows, cols), generator=gen))
     Q = Q * torch.sign(torch.diagonal(R))
@@ -141,11 +134,6 @@ def _build(method: str, lr: float, seed: int):
     raise ValueError(f"unknown method {method!r}")
 
 
-def _accuracy(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor) -> float:
-    with torch.no_grad():
-        return float((model(X).argmax(1) == y).float().mean())
-
-
 def _orth_error(model: StiefelMLP) -> float:
     from svmuon.orthogonal.stiefel import Stiefel
 
@@ -161,26 +149,20 @@ def train(method: str, lr: float, seed: int, data: dict, epochs: int, batch_size
     gen = torch.Generator().manual_seed(seed + 1000)
     log = {"loss": [], "val_acc": [], "test_acc": [], "orth_error": []}
     seconds, step_times, iterations = 0.0, [], []
+
+    def after_step(_: float) -> None:
+        if method.startswith("stiefel_muon"):
+            iterations.extend(float(opt_w.state[p]["info"]["iterations"]) for p in (model.W1, model.W2))
+
     for _ in range(epochs):
         perm = torch.randperm(len(y), generator=gen)
-        t0, total = time.perf_counter(), 0.0
-        for i in range(0, len(y), batch_size):
-            idx = perm[i:i + batch_size]
-            opt_w.zero_grad()
-            opt_rest.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(X[idx]), y[idx])
-            loss.backward()
-            ts = time.perf_counter()
-            opt_w.step()
-            step_times.append(time.perf_counter() - ts)
-            opt_rest.step()
-            total += float(loss.detach()) * len(idx)
-            if method.startswith("stiefel_muon"):
-                iterations += [float(opt_w.state[p]["info"]["iterations"]) for p in (model.W1, model.W2)]
+        t0 = time.perf_counter()
+        total = train_epoch(model, [opt_w, opt_rest], X, y, perm.split(batch_size), after_step=after_step,
+                            step_times=step_times)
         seconds += time.perf_counter() - t0
         log["loss"].append(total / len(y))
-        log["val_acc"].append(_accuracy(model, *data["val"]))
-        log["test_acc"].append(_accuracy(model, *data["test"]))
+        log["val_acc"].append(accuracy(model, *data["val"]))
+        log["test_acc"].append(accuracy(model, *data["test"]))
         log["orth_error"].append(_orth_error(model))
     out = {"method": method, "lr": lr, "seed": seed, "seconds": seconds,
            "step_ms_median": 1e3 * statistics.median(step_times), "step_ms_min": 1e3 * min(step_times), **log}
@@ -191,32 +173,33 @@ def train(method: str, lr: float, seed: int, data: dict, epochs: int, batch_size
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m svmuon.experiments stiefel-digits", description=describe(__doc__))
-    parser.add_argument("--epochs", type=int, default=30, help="training epochs per run (default 30)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds, one run per seed and method")
-    parser.add_argument("--methods", nargs="+", default=list(GRIDS), choices=list(GRIDS), help="optimizers to compare (default: all)")
-    parser.add_argument("--output", type=Path, default=None, help="JSON path (default experiments/results/stiefel-digits.json)")
+    parser.add_argument("--epochs", type=positive_int, default=30, help="training epochs per run (default 30)")
+    parser.add_argument("--seeds", type=seed_arg, nargs="+", default=[0, 1, 2],
+                        help="seeds, one run per seed and method")
+    parser.add_argument("--methods", nargs="+", default=list(GRIDS), choices=list(GRIDS),
+                        help="optimizers to compare (default: all)")
+    parser.add_argument("--output", type=output_file, default=None,
+                        help=f"JSON path (default: experiments/results/{NAME}.json of the book's repository when run "
+                             "inside it, else under the working directory)")
     parser.add_argument("--note", default="", help="what the JSON should say about the machine while it ran")
     args = parser.parse_args(argv)
+    refuse_repeats(parser, seeds=args.seeds, methods=args.methods)
+    out = args.output or check_output(parser, default_output("experiments", f"{NAME}.json"))
     torch.set_num_threads(1)
-    data = load_digits_split()
+    data = load_digits()
     tuning, final = [], []
     for method in args.methods:
-        runs = [train(method, lr, 0, data, args.epochs) for lr in GRIDS[method]]
+        run = lambda lr, seed, m=method: train(m, lr, seed, data, args.epochs)  # noqa: E731
+        _, runs, finals = tune_then_seeds(GRIDS[method], run, args.seeds, score=lambda r: r["val_acc"][-1])
         tuning += [{k: r[k] for k in ("method", "lr", "seed", "seconds")} | {"val_acc": r["val_acc"][-1]} for r in runs]
-        best = max(runs, key=lambda r: r["val_acc"][-1])
-        for seed in args.seeds:
-            r = best if seed == 0 else train(method, best["lr"], seed, data, args.epochs)
+        for seed, r in zip(args.seeds, finals):
             final.append(r)
             print(f"{method:17s} lr={r['lr']:<6g} seed={seed} test acc {r['test_acc'][-1]:.3f} loss {r['loss'][-1]:.3f} "
                   f"orth {r['orth_error'][-1]:.1e} step {r['step_ms_median']:.2f} ms {r['seconds']:.1f} s", flush=True)
-    from svmuon._paths import results_dir
-
-    out = args.output or results_dir("experiments") / f"{NAME}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"experiment": NAME, "sizes": SIZES, "epochs": args.epochs, "other_lr": OTHER_LR,
-                               "grids": GRIDS, "tuning": tuning, "runs": final,
-                               "note": " ".join(filter(None, [args.note, "step times are single-thread medians"]))},
-                              indent=1) + "\n")
+    save(out, {"experiment": NAME, "sizes": SIZES, "epochs": args.epochs, "other_lr": OTHER_LR, "grids": GRIDS,
+               "tuning": tuning, "runs": final,
+               "note": " ".join(filter(None, [args.note, "step times are single-thread medians"])),
+               "environment": environment(torch_threads=1)})
     print("wrote", out)
     return 0
 

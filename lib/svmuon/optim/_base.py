@@ -108,9 +108,11 @@ class MatrixOptimizer(torch.optim.Optimizer):
         numbers (so that the state dict loads with ``torch.load(weights_only=True)``)."""
         super().add_param_group(param_group)
         group = self.param_groups[-1]
-        for key, value in group.items():  # NumPy scalars as Python numbers: torch.load(weights_only=True) refuses them
+        for key, value in group.items():  # NumPy values as Python ones: torch.load(weights_only=True) refuses them
             if isinstance(value, np.generic):
                 group[key] = value.item()
+            elif isinstance(value, np.ndarray):  # e.g. ns_coefficients as an array of (a, b, c) triples
+                group[key] = value.tolist()
         try:
             self._check_group(group, len(self.param_groups) - 1)
         except Exception:
@@ -167,7 +169,7 @@ class MatrixOptimizer(torch.optim.Optimizer):
                 self._plan_group(plan, group, Labels(index, group, positions))
         failures = plan.failures()
         skip = {i for i, g in enumerate(self.param_groups) if g.get("nan_policy", "raise") == "skip"}
-        if failures and all(kind == "nonfinite" and label.group in skip for kind, label, _, _ in failures):
+        if failures and all(kind == "nonfinite" and label.group in skip for kind, label, *_ in failures):
             self.skipped_steps += 1
             return loss
         raise_for(type(self).__name__, failures)
@@ -216,6 +218,14 @@ class MatrixOptimizer(torch.optim.Optimizer):
         NumPy scalar options are stored as Python numbers, as in :meth:`add_param_group`.
         """
         name = type(self).__name__
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"{name}.load_state_dict: expected the dict returned by state_dict(), got "
+                            f"{type(state_dict).__name__}")
+        missing = [key for key in ("state", "param_groups") if key not in state_dict]
+        if missing:
+            raise ValueError(f"{name}.load_state_dict: the state dict lacks {missing} (an optimizer state dict has "
+                             f"'state' and 'param_groups'; got the keys {sorted(map(str, state_dict))}): truncated, "
+                             "or not an optimizer's state dict?")
         skipped = state_dict.get("skipped_steps", 0)
         if isinstance(skipped, bool) or not isinstance(skipped, numbers.Integral) or skipped < 0:
             raise ValueError(f"{name}.load_state_dict: skipped_steps must be an integer >= 0, got {skipped!r}")
@@ -264,6 +274,9 @@ class MatrixOptimizer(torch.optim.Optimizer):
 
 
 def _freeze(x: Any) -> Any:
+    """A hashable key of an option value (nested lists, tuples, arrays and tensors become nested tuples)."""
+    if isinstance(x, (np.ndarray, torch.Tensor)):
+        x = x.tolist()
     if isinstance(x, (list, tuple)):
         return tuple(_freeze(v) for v in x)
     return x

@@ -229,20 +229,27 @@ def manifold_muon_updates(
 ) -> StepPlan:
     """Plan one step of Muon on a manifold (su2025orthogonal), changing nothing.
 
-    For each point ``W`` with gradient ``g``: momentum in ambient space as :func:`muon_updates` (``B'``,
-    ``U``); the manifold's steepest direction for ``U`` (``manifold._direction``); the step length
-    ``η = lr · min(1, ‖P_W(U)‖_F / (eps ‖U‖_F))`` (the eps rule of the module docstring); the retraction
-    along it (``manifold._retract_along``); then ``manifold._stabilize``, which forms ``W'ᵀW'`` once to
-    measure the defect and (where ``correct``) applies one Björck step. The point must have been on the
-    manifold: the step is refused if the defect exceeds ``2 (atol + drift) + slack``, where ``drift`` is the
-    defect the point was left with by the previous uncorrected step (0 after a corrected one) and
-    ``slack = manifold._step_slack(η, orthogonalize)`` bounds what the retraction itself may add (e.g. the
-    Keller Jordan band, eq-orth-drift). A scaled or overwritten point (defect of order 1) is refused.
+    For each point ``W`` with gradient ``g`` and buffer ``B``, through the manifold's public optimizer protocol
+    (:mod:`svmuon.orthogonal.base`; the same-shape parameters of a batch in one call, wide and tall ones together
+    where the manifold sees them in one canonical orientation):
+
+    * momentum kept in the tangent space (projection transport, absil2008optimization §8.1):
+      ``B' = P_W(μB + (1-μ)g)`` and ``U = (1-μ)g + μB'`` (Nesterov) or ``B'``. The buffer is tangent at the point
+      it was made at and re-projected at the next point; the normal part of a gradient never enters it, so a term
+      constant on the manifold (weight decay ``c‖W‖²`` on ``WᵀW = I``) changes nothing (thm-tangent-momentum);
+    * the manifold's unit steepest direction for ``U`` (``manifold.direction``), whose value depends on
+      ``P_W(U)`` only;
+    * the step length ``η = lr · min(1, ‖P_W(U)‖_F / (eps ‖U‖_F))`` (the eps rule of the module docstring);
+    * ``manifold.retract_direction``, then ``manifold.stabilize``, which forms ``W'ᵀW'`` once to measure the
+      defect and (where ``correct``) applies one Björck step. The point must have been on the manifold: the step
+      is refused if the defect exceeds ``2 (atol + drift) + slack`` (``drift`` the defect left by the previous
+      uncorrected step, ``slack = manifold.step_slack(η, orthogonalize)``).
 
     Args:
-        params, grads, momentum_buffers: equal-length lists of tensors ``(m, n)`` (points, gradients, buffers).
-        solver_states: one dict per parameter with the manifold's ``state_keys`` (empty dicts, or ``None``
-            for all, at a first step); updated in place at commit.
+        params, grads, momentum_buffers: equal-length lists of tensors ``(..., m, n)`` (points, gradients,
+            buffers; a buffer as ``zeros_like`` for a first step).
+        solver_states: one dict per parameter with the manifold's ``state_keys`` (empty dicts, or ``None`` for
+            all, at a first step); updated in place at commit.
         lr: float or 0-d tensor (the spectral length of the step). momentum, nesterov: as Muon.
         manifold: a :class:`~svmuon.orthogonal.base.Manifold`. orthogonalize: ``X -> msign(X)``.
         eps: the eps rule's threshold (``None``: ``√eps`` of the parameter's dtype).
@@ -264,41 +271,89 @@ def manifold_muon_updates(
     _check_lengths(params=params, grads=grads, momentum_buffers=momentum_buffers, solver_states=solver_states,
                    correct=flags, drifts=drifts, infos=infos, labels=labels)
     plan = plan if plan is not None else StepPlan("ManifoldMuon")
-    for idx in _batches(params, grads, (flags,)):
-        P = [params[i] for i in idx]
-        new_B, U = _batch_momentum(idx, grads, momentum_buffers, momentum, nesterov)
-        dt = is_dtensor(P[0])
-        W = whole(P[0]).unsqueeze(0) if dt else _stack(P)  # FSDP2: the whole matrix, on every rank
-        Wc, Uc = manifold._to_canonical(_flat(W)), manifold._to_canonical(_flat(U.to(W.dtype)))
-        # an exact power-of-two rescaling: the direction and the eps ratio do not depend on the size of U, and
-        # WᵀU, ‖U‖_F, ‖P_W(U)‖_F cannot overflow for a finite U (a 1e38 gradient was refused as "not finite")
-        u_scale = power_of_two_scale(Uc)
-        Uc = Uc / u_scale
-        state = _stacked_state(manifold, Wc, [solver_states[i] if solver_states else {} for i in idx], W.shape[1:])
-        d = manifold._direction(Wc, Uc, orthogonalize, state)  # eq-orth-direction on O(n)
-        eps_ = math.sqrt(torch.finfo(W.dtype).eps) if eps is None else eps
-        damping = _damping(d.tangent_norm, torch.linalg.matrix_norm(Uc), eps_)  # the eps rule
-        eta = (lr * damping).to(W.dtype)[:, None, None]
-        W_new, defect = manifold._stabilize(manifold._retract_along(Wc, d.step, eta), flags[idx[0]])
-        W_new = manifold._from_canonical(W_new).reshape(W.shape)
-        drift_prev = torch.stack([_as_drift(drifts[i] if drifts else None, defect) for i in idx])
-        on_manifold, worst_defect, worst_tol = _point_check(defect, drift_prev, eta, manifold, orthogonalize, atol)
-        # a NaN/Inf in g, B or B' reaches U; U is checked itself (the SVD route reads NaN as 0)
-        plan.add_batch([_label(labels, i) for i in idx], [U, W_new, d.tangent_norm.reshape(len(idx), -1)],
-                       on_manifold=on_manifold, defect=worst_defect, tolerance=worst_tol)
-        new_drift = torch.zeros_like(drift_prev) if flags[idx[0]] else defect.reshape(len(idx), -1).amax(dim=1)
-        info = {"tangent_norm": d.tangent_norm * u_scale.reshape(-1), "damping": damping, "defect": defect, **d.info}
-        for j, i in enumerate(idx):
-            plan.write(params[i], shard_like(W_new[j], params[i]) if dt else W_new[j])
-            plan.write(momentum_buffers[i], new_B[j])
-            if drifts is not None and isinstance(drifts[i], torch.Tensor):
-                plan.write(drifts[i], new_drift[j])
-            rows = lambda values: {key: _row(v, len(idx), j, W.shape[1:]) for key, v in values.items()}  # noqa: E731
-            if solver_states is not None:
-                _plan_state(plan, solver_states[i], rows(d.state))
-            if infos is not None:
-                _plan_state(plan, infos[i], rows(info), copy=False)
+    flips = [bool(manifold.transposed(tuple(p.shape))) for p in params]
+    shapes = [tuple(p.shape[:-2]) + ((p.shape[-1], p.shape[-2]) if f else tuple(p.shape[-2:]))
+              for p, f in zip(params, flips)]
+    lr_max = _host_bound(lr)
+    for idx in _batches([_Shaped(s, p.dtype) for s, p in zip(shapes, params)], grads, (flags,)):
+        _plan_manifold_batch(plan, idx, params, grads, momentum_buffers, solver_states, flips, lr=lr, lr_max=lr_max,
+                             manifold=manifold, orthogonalize=orthogonalize, momentum=momentum, nesterov=nesterov,
+                             eps=eps, correct=flags[idx[0]], atol=atol, drifts=drifts, infos=infos, labels=labels)
     return plan
+
+
+class _Shaped:
+    """A parameter's canonical shape and dtype, what :func:`_batches` groups by (tall and wide matrices of a
+    manifold that handles wide ones transposed share one batch)."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        self.shape, self.dtype = shape, dtype
+
+
+def _host_bound(lr: Any) -> float | None:
+    """The learning rate as a host float (a bound on every step length), or ``None`` for a tensor learning rate
+    (reading it would be a host synchronisation; the retraction then takes its route for any step length)."""
+    if isinstance(lr, torch.Tensor):  # not read: that would be a host synchronisation on an accelerator
+        return None
+    return float(lr)
+
+
+def _canonical_stack(tensors: Sequence[torch.Tensor], idx: list[int], flips: Sequence[bool]) -> torch.Tensor:
+    """``(k, ..., m, n)`` of the batch in the manifold's canonical orientation (transposed where it says so)."""
+    views = [tensors[i].mT if flips[i] else tensors[i] for i in idx]
+    return views[0].unsqueeze(0) if len(views) == 1 else torch.stack(views)
+
+
+def _plan_manifold_batch(plan: StepPlan, idx: list[int], params, grads, buffers, solver_states, flips, *,  # noqa: ANN001
+                         lr: Any, lr_max: float | None, manifold: Any, orthogonalize: Any, momentum: float,
+                         nesterov: bool, eps: float | None, correct: bool, atol: float | None, drifts, infos,
+                         labels) -> None:
+    """One batch of :func:`manifold_muon_updates` (same canonical shape, dtype, device and correction flag)."""
+    dt = is_dtensor(params[idx[0]])
+    if dt:  # FSDP2, a batch of one shard: the whole point, and the gradient with the buffer in one all-gather
+        i = idx[0]
+        W = whole(params[i]).unsqueeze(0)
+        G, B = whole(torch.stack([grads[i], buffers[i].to(grads[i].dtype)])).unsqueeze(1).unbind(0)
+        W, G, B = (T.mT if flips[i] else T for T in (W, G, B))
+    else:
+        W, G, B = (_canonical_stack(T, idx, flips) for T in (params, grads, buffers))
+    shape = W.shape[1:]
+    Wc, Gc, Bc = _flat(W), _flat(G.to(W.dtype)), _flat(B.to(W.dtype))
+    B1 = Bc.lerp(Gc, 1 - momentum)
+    U = Gc.lerp(B1, momentum) if nesterov else B1
+    new_B = manifold.tangent(Wc, B1)  # projection transport: the buffer stays tangent (thm-tangent-momentum)
+    # an exact power-of-two rescaling: the direction and the eps ratio do not depend on the size of U, and
+    # WᵀU, ‖U‖_F, ‖P_W(U)‖_F cannot overflow for a finite U (a 1e38 gradient was refused as "not finite")
+    u_scale = power_of_two_scale(U)
+    U = U / u_scale
+    state = _stacked_state(manifold, Wc, [solver_states[i] if solver_states else {} for i in idx], shape)
+    d = manifold.direction(Wc, U, orthogonalize, state)  # eq-orth-direction on O(n)
+    eps_ = math.sqrt(torch.finfo(W.dtype).eps) if eps is None else eps
+    damping = _damping(d.tangent_norm, torch.linalg.matrix_norm(U), eps_)  # the eps rule
+    eta = (lr * damping).to(W.dtype)[:, None, None]
+    W_new, defect = manifold.stabilize(manifold.retract_direction(Wc, d.step, eta, lr_max), correct)
+    W_new, new_B = W_new.reshape(W.shape), new_B.reshape(W.shape)
+    drift_prev = torch.stack([_as_drift(drifts[i] if drifts else None, defect) for i in idx])
+    on_manifold, worst_defect, worst_tol = _point_check(defect, drift_prev, eta, manifold, orthogonalize, atol)
+    # a NaN/Inf in g, B or B' reaches U; U is checked itself (the SVD route reads NaN as 0)
+    plan.add_batch([_label(labels, i) for i in idx], [U.reshape(len(idx), -1), W_new, new_B,
+                                                      d.tangent_norm.reshape(len(idx), -1)],
+                   on_manifold=on_manifold, defect=worst_defect, tolerance=worst_tol,
+                   defect_before=lambda: manifold.stabilize(Wc, False)[1])
+    new_drift = torch.zeros_like(drift_prev) if correct else defect.reshape(len(idx), -1).amax(dim=1)
+    info = {"tangent_norm": d.tangent_norm * u_scale.reshape(-1), "damping": damping, "defect": defect, **d.info}
+    for j, i in enumerate(idx):
+        back = (lambda T: T.mT) if flips[i] else (lambda T: T)  # noqa: E731
+        p = params[i]
+        plan.write(p, shard_like(back(W_new[j]), p) if dt else back(W_new[j]))
+        plan.write(buffers[i], shard_like(back(new_B[j]), buffers[i]) if dt else back(new_B[j]))
+        if drifts is not None and isinstance(drifts[i], torch.Tensor):
+            plan.write(drifts[i], new_drift[j])
+        rows = lambda values: {key: _row(v, len(idx), j, shape) for key, v in values.items()}  # noqa: E731
+        if solver_states is not None:
+            _plan_state(plan, solver_states[i], rows(d.state))
+        if infos is not None:
+            _plan_state(plan, infos[i], rows(info), copy=False)
 
 
 def _flat(T: torch.Tensor) -> torch.Tensor:
@@ -312,7 +367,7 @@ def _point_check(defect: torch.Tensor, drift_prev: torch.Tensor, eta: torch.Tens
     matrix, and the defect and tolerance of its worst matrix (for the error message)."""
     k = drift_prev.shape[0]
     tol = math.sqrt(torch.finfo(defect.dtype).eps) if atol is None else atol
-    slack = manifold._step_slack(eta, orthogonalize)
+    slack = manifold.step_slack(eta, orthogonalize)
     slack = slack.reshape(k, -1) if isinstance(slack, torch.Tensor) else slack
     tolerance = (2 * (tol + drift_prev[:, None]) + slack).expand(k, defect.numel() // k)
     excess = defect.reshape(k, -1) - tolerance  # the check holds where <= 0 (and fails for NaN)
@@ -358,7 +413,7 @@ def _stacked_state(manifold: Any, W: torch.Tensor, states: list[dict[str, torch.
     if all(all(key in s for key in keys) for s in states):
         return {key: torch.stack([s[key] for s in states]).reshape(W.shape[0], *states[0][key].shape[nb:])
                 for key in keys}
-    fresh = manifold._init_state(W)
+    fresh = manifold.init_state(W)
     for j, s in enumerate(states):  # parameters that already have state keep it
         for key in keys:
             if key in s:

@@ -50,6 +50,7 @@ correction.
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, Iterable
 
@@ -123,8 +124,6 @@ class ManifoldMuon(MatrixOptimizer):
         self.manifold = manifold
         if isinstance(lr, torch.Tensor) and lr.numel() != 1:
             raise ValueError("Tensor lr must be 1-element")
-        if msign_method == "newton_schulz" and ns_coefficients is None:
-            ns_coefficients = "polar_express"  # converges: the drift table's best Newton–Schulz schedule
         defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, msign_method=msign_method,
                         ns_steps=ns_steps, ns_coefficients=ns_coefficients, compute_dtype=compute_dtype,
                         polar_every=polar_every, nan_policy=nan_policy, atol=atol, eps=eps)
@@ -168,8 +167,9 @@ class ManifoldMuon(MatrixOptimizer):
             raise ValueError(f"{label}: solver and info must be dicts")
         keys = tuple(getattr(self.manifold, "state_keys", ()))
         if state["solver"]:
-            W = self.manifold._to_canonical(torch.zeros((1, *p.shape[-2:]), dtype=p.dtype, device=p.device))
-            fresh = self.manifold._init_state(W)
+            m, n = p.shape[-2:]
+            canon = (n, m) if self.manifold.transposed(tuple(p.shape)) else (m, n)
+            fresh = self.manifold.init_state(torch.zeros((1, *canon), dtype=p.dtype, device=p.device))
             for key, value in state["solver"].items():
                 shape = (*p.shape[:-2], *fresh[key].shape[1:]) if key in keys else None
                 if shape is None or not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
@@ -185,6 +185,11 @@ class ManifoldMuon(MatrixOptimizer):
         error = self.manifold.shape_error(tuple(p.shape))
         if error is not None:
             raise ValueError(f"{name}: {label} is not a point of {type(self.manifold).__name__}: {error}{self._hint()}")
+        floor = 16 * math.sqrt(max(p.shape[-2:])) * torch.finfo(p.dtype).eps
+        if atol is not None and atol < floor:
+            raise ValueError(f"{name}: atol = {atol!r} is below what one step's rounding leaves for {label} "
+                             f"({p.dtype}): a step leaves max|WᵀW - I| of a few √m eps, so the point check needs "
+                             f"atol >= 16 √m eps = {floor:.3g} (None: √eps = {torch.finfo(p.dtype).eps ** 0.5:.3g})")
         W = whole(p.detach())
         if not bool(torch.isfinite(W).all()):
             raise ValueError(f"{name}: {label} holds NaN or Inf{self._hint()}")
@@ -202,9 +207,14 @@ class ManifoldMuon(MatrixOptimizer):
         method = group["msign_method"]
         if method not in ("svd", "newton_schulz"):
             raise ValueError(f"msign_method must be 'svd' or 'newton_schulz', got {method!r}")
-        if method == "svd" and any(group[k] is not None for k in ("ns_steps", "ns_coefficients", "compute_dtype")):
-            raise ValueError("ns_steps, ns_coefficients and compute_dtype apply to msign_method='newton_schulz' only")
-        return self._orthogonalizer(method, group["ns_steps"], group["ns_coefficients"], group["compute_dtype"])
+        given = [k for k in ("ns_steps", "ns_coefficients", "compute_dtype") if group[k] is not None]
+        if method == "svd" and given:
+            raise ValueError(f"{', '.join(given)} apply to msign_method='newton_schulz' only; this group has "
+                             "msign_method='svd'")
+        coefficients = group["ns_coefficients"]
+        if method == "newton_schulz" and coefficients is None:
+            coefficients = "polar_express"  # converges: the drift table's best Newton–Schulz schedule
+        return self._orthogonalizer(method, group["ns_steps"], coefficients, group["compute_dtype"])
 
     def _plan_group(self, plan: StepPlan, group: dict[str, Any], labels: Labels) -> None:
         params = [group["params"][k] for k in labels.positions]

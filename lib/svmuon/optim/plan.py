@@ -21,7 +21,8 @@ class NonFiniteUpdateError(ValueError):
 
 
 class OffManifoldError(ValueError):
-    """A parameter was no longer on its manifold at a step (changed outside the optimizer); nothing was changed."""
+    """A parameter would be off its manifold after a step (it was changed outside the optimizer, or the step itself
+    lost accuracy); nothing was changed."""
 
 
 class StepPlan:
@@ -49,7 +50,8 @@ class StepPlan:
 
     def add_batch(self, labels: Sequence[Any], checked: Sequence[torch.Tensor], *,
                   on_manifold: torch.Tensor | None = None, defect: torch.Tensor | None = None,
-                  tolerance: torch.Tensor | None = None) -> None:
+                  tolerance: torch.Tensor | None = None,
+                  defect_before: Callable[[], torch.Tensor] | None = None) -> None:
         """Record ``k`` parameters whose new values are finite iff every tensor of ``checked`` (each
         ``(k, ...)``) is, and (on a manifold) their ``(k,)`` check, defects and tolerances.
 
@@ -59,11 +61,12 @@ class StepPlan:
         """
         fast = torch.stack([torch.isfinite(T.sum(dim=tuple(range(1, T.ndim)))) for T in checked]).all(dim=0)
         self._batches.append(dict(labels=list(labels), fast=fast, checked=list(checked), on_manifold=on_manifold,
-                                  defect=defect, tolerance=tolerance))
+                                  defect=defect, tolerance=tolerance, defect_before=defect_before))
 
-    def failures(self) -> list[tuple[str, Any, float | None, float | None]]:
-        """``[(kind, label, defect, tolerance)]`` of every refused parameter (``kind``: ``"nonfinite"`` or
-        ``"off_manifold"``). Reads every flag at once: one host synchronisation per device (usually one)."""
+    def failures(self) -> list[tuple[str, Any, float | None, float | None, float | None]]:
+        """``[(kind, label, defect, tolerance, defect_before)]`` of every refused parameter (``kind``:
+        ``"nonfinite"`` or ``"off_manifold"``). Reads every flag at once: one host synchronisation per device
+        (usually one)."""
         by_device: dict[torch.device, list[torch.Tensor]] = defaultdict(list)
         for b in self._batches:
             ok = b["fast"] if b["on_manifold"] is None else b["fast"] & b["on_manifold"]
@@ -74,11 +77,15 @@ class StepPlan:
         for b in self._batches:  # an error path: more synchronisations are fine here
             finite = torch.stack([torch.isfinite(T).flatten(1).all(dim=1) for T in b["checked"]]).all(dim=0).tolist()
             manifold = b["on_manifold"].tolist() if b["on_manifold"] is not None else [True] * len(finite)
+            before = None
             for i, label in enumerate(b["labels"]):
                 if not finite[i]:
-                    out.append(("nonfinite", label, None, None))
+                    out.append(("nonfinite", label, None, None, None))
                 elif not manifold[i]:
-                    out.append(("off_manifold", label, float(b["defect"][i]), float(b["tolerance"][i])))
+                    if before is None and b["defect_before"] is not None:
+                        before = b["defect_before"]().reshape(len(finite), -1).amax(dim=1).tolist()
+                    out.append(("off_manifold", label, float(b["defect"][i]), float(b["tolerance"][i]),
+                                None if before is None else before[i]))
         return out
 
     def verify(self) -> None:
@@ -93,11 +100,11 @@ class StepPlan:
             fn()
 
 
-def raise_for(optimizer: str, failures: list[tuple[str, Any, float | None, float | None]]) -> None:
+def raise_for(optimizer: str, failures: list[tuple[str, Any, float | None, float | None, float | None]]) -> None:
     """Raise the error that describes the first of ``failures`` (nothing if it is empty)."""
     if not failures:
         return
-    kind, label, defect, tol = failures[0]
+    kind, label, defect, tol, before = failures[0]
     others = f" ({len(failures) - 1} more parameters were refused too)" if len(failures) > 1 else ""
     if kind == "nonfinite":
         raise NonFiniteUpdateError(
@@ -105,7 +112,15 @@ def raise_for(optimizer: str, failures: list[tuple[str, Any, float | None, float
             f"that overflowed, a NaN/Inf state loaded from a checkpoint, or a factorisation that did not converge{others}; "
             "no parameter or optimizer "
             "state was changed")
+    if before is not None and before <= tol:
+        raise OffManifoldError(
+            f"{optimizer}: the step would leave {label} off its manifold: max|WᵀW - I| = {defect:.3g} after the step, "
+            f"above its tolerance {tol:.3g}, from a point on it (max|WᵀW - I| = {before:.3g} before){others}. The step "
+            "itself lost accuracy: a step length far beyond the manifold's scale in a low precision, or a manifold "
+            "whose retraction does not fit its direction. Lower lr, or use float64; no parameter or optimizer state "
+            "was changed")
+    was = f" (max|WᵀW - I| = {before:.3g} before the step)" if before is not None else ""
     raise OffManifoldError(
-        f"{optimizer}: {label} is no longer on its manifold: max|WᵀW - I| = {defect:.3g} after the step, above "
+        f"{optimizer}: {label} is no longer on its manifold{was}: max|WᵀW - I| = {defect:.3g} after the step, above "
         f"its tolerance {tol:.3g}{others}; it was changed outside the optimizer (scaled or overwritten?). "
         "Project it back, e.g. W.data.copy_(manifold.project(W)); no parameter or optimizer state was changed")

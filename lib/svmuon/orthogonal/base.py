@@ -2,26 +2,30 @@
 
 A manifold here is a set of matrices ``W ∈ R^{m×n}`` with ``WᵀW = I_n`` (the orthogonal group for m = n,
 the Stiefel manifold for m > n), embedded in the space of all matrices with the Frobenius inner product.
-A :class:`Manifold` object holds no optimizer state; it offers two layers.
+A :class:`Manifold` object holds no optimizer state and no msign route (whoever calls passes its
+``orthogonalize``: the optimizer its own, a user of the public methods an optional callable, exact SVD by
+default). It offers two layers.
 
 **Public, checked methods** (tensor or NumPy in, the same type out; shapes ``(..., m, n)``; they raise
 ``TypeError``/``ValueError`` naming the argument): :meth:`~Manifold.check_point`, :meth:`~Manifold.defect`,
-:meth:`~Manifold.project` (nearest point), :meth:`~Manifold.project_tangent`,
+:meth:`~Manifold.random`, :meth:`~Manifold.project` (nearest point), :meth:`~Manifold.project_tangent`,
 :meth:`~Manifold.steepest_direction` (``Φ`` maximising ``tr(GᵀΦ)`` over unit-spectral-norm tangent
 vectors), :meth:`~Manifold.retract` (the polar retraction of a tangent vector) and
-:meth:`~Manifold.retract_along` (the closed form of ``retract(W, -ηΦ)`` for a partial isometry ``Φ``).
+:meth:`~Manifold.retract_along` (``retract(W, -ηΦ)`` for a unit steepest direction ``Φ``).
 
-**Kernels** (underscore names, unchecked, batched ``(k, m, n)`` tensors in the manifold's canonical form,
-no host synchronisation), which :func:`svmuon.optim.functional.manifold_muon` calls on the hot path. One
-optimizer step on a batch of same-shape parameters is::
+**The optimizer protocol**: public methods too, but unchecked and batched, on ``(k, m, n)`` tensors in the
+manifold's canonical orientation, with no host synchronisation; :func:`svmuon.optim.functional.manifold_muon`
+calls nothing else, so a new manifold needs no optimizer change. One step on a batch of same-shape parameters::
 
-    W, U = to_canonical(W), to_canonical(U)        # e.g. a wide Stiefel point is handled transposed
-    d = _direction(W, U, orthogonalize, state)      # Direction(step, tangent_norm, state, info)
-    eta = lr * min(1, d.tangent_norm / (eps ‖U‖_F)) # tiny tangent parts are damped (the eps rule)
-    W_new = _retract_along(W, d.step, eta)
-    W_new, defect = _stabilize(W_new, correct)      # forms W_newᵀW_new once: defect, and a Björck step
-    ok = defect <= 2 (atol + drift) + _step_slack(eta, orthogonalize)  # W was on the manifold before
-    W_new = from_canonical(W_new); state <- d.state  # committed only if every parameter is finite and ok
+    flip = manifold.transposed(p.shape)              # the one orientation hook: True -> kernels see p.mT
+    B = manifold.tangent(W, B.lerp(G, 1 - mu))       # momentum kept tangent: projection transport
+    U = G.lerp(B, mu)                                # Nesterov (or U = B)
+    d = manifold.direction(W, U, orthogonalize, state)       # Direction(step, tangent_norm, state, info)
+    eta = lr * min(1, d.tangent_norm / (eps ‖U‖_F))  # tiny tangent parts are damped (the eps rule)
+    W_new = manifold.retract_direction(W, d.step, eta, eta_max=lr)
+    W_new, defect = manifold.stabilize(W_new, correct)       # forms W_newᵀW_new once: defect, Björck step
+    ok = defect <= 2 (atol + drift) + manifold.step_slack(eta, orthogonalize)
+    # committed only if every parameter is finite and ok; state <- d.state
 
 (``drift`` is the defect the previous step left uncorrected, 0 after a corrected one.)
 
@@ -30,37 +34,33 @@ Developer note: adding a manifold
 Subclass :class:`Manifold` and implement
 
 * ``_shape_error(shape) -> str | None``: why a parameter of this shape cannot live here (``None``: fine).
-* ``_to_canonical(X)`` / ``_from_canonical(X)``: the orientation the kernels work in (default: as is).
-  Both must be cheap views (``X.mT``) and inverse to each other; the optimizer applies them to the
-  point, the update and the result, so a wide parameter can be handled as its transposed tall matrix.
-* ``_init_state(W) -> dict[str, Tensor]``: per-parameter solver state for a canonical batch ``W`` of
-  shape ``(k, m, n)``, each value a tensor whose first dimension is ``k`` (e.g. a warm-start dual
-  variable ``X`` of shape ``(k, n, n)``; list the names in the class attribute ``state_keys``). The
-  optimizer keeps each parameter's slice in ``optimizer.state[p]["solver"][key]`` (saved by
-  ``state_dict()``, cast to the parameter's dtype by ``load_state_dict()``), stacks it for the next step,
-  and writes back the new values from :class:`Direction` ``.state`` when the step commits (never when it
-  is refused). Default: ``{}``.
-* ``_direction(W, U, orthogonalize, state) -> Direction``: the steepest direction for the ambient update
-  ``U`` (both ``(k, m, n)``, canonical) with ``orthogonalize`` (an
-  :class:`~svmuon.orthogonal.msign.Orthogonalizer`, ``X -> msign(X)``). ``step`` is whatever
-  ``_retract_along`` needs (the orthogonal group passes ``O`` with ``Φ = W O``; another manifold may pass
-  ``Φ`` itself); ``tangent_norm`` is ``‖P_W(U)‖_F`` per matrix (shape ``(k,)``); ``info`` maps names to
-  ``(k,)`` diagnostics (iterations, residuals), which the optimizer stores in ``state[p]["info"]``.
-* ``_retract_along(W, step, eta) -> W_new``: the retraction of ``-eta Φ``; ``eta`` is a tensor of shape
-  ``(k, 1, 1)``.
-* ``_stabilize(W, correct) -> (W, defect)``: the point check and drift correction. Form the Gram matrix
-  once, return ``defect = max|WᵀW - I|`` per matrix (``(k,)``, of the matrix *before* correction) and, if
-  ``correct``, the corrected point (the default does exactly this with one Björck step).
-* ``_step_slack(eta, orthogonalize) -> Tensor``: an upper bound on the defect that one retraction may add
-  by itself (e.g. because a Newton–Schulz ``Φ`` is not an exact partial isometry), shape broadcastable to
-  ``(k,)``; the optimizer refuses a step whose ``defect`` exceeds ``2 (atol + drift) + slack``. Default: 0.
-* the public methods that have no generic form here: ``project``, ``_project_tangent`` (the kernel of
-  :meth:`Manifold.project_tangent`), and, if ``step`` is not ``Φ`` itself, ``_tangent_from_step(W, step)``
-  and ``_step_from_tangent(W, Phi)`` (used by :meth:`Manifold.steepest_direction` and
-  :meth:`Manifold.retract_along`).
+* ``transposed(shape) -> bool``: whether the kernels see a parameter of this shape transposed (default
+  ``False``; the Stiefel manifold handles a wide matrix as its tall transpose). The optimizer applies it once
+  per parameter, to the point, the gradient and the buffer, and transposes the results back.
+* ``init_state(W) -> dict[str, Tensor]``: per-parameter solver state for a canonical batch ``W`` of shape
+  ``(k, m, n)``, each value a tensor whose first dimension is ``k`` (list the names in the class attribute
+  ``state_keys``). The optimizer keeps each parameter's slice in ``optimizer.state[p]["solver"][key]`` (saved
+  by ``state_dict()``, cast to the parameter's dtype by ``load_state_dict()``), stacks it for the next step,
+  and writes back the new values from :class:`Direction` ``.state`` when the step commits. Default: ``{}``.
+* ``tangent(W, Z) -> P_W(Z)``: the orthogonal projection onto the tangent space (also the kernel of
+  :meth:`Manifold.project_tangent`); the optimizer keeps its momentum buffer tangent with it.
+* ``direction(W, U, orthogonalize, state) -> Direction``: the unit steepest direction for the update ``U``
+  (``orthogonalize`` is ``X -> msign(X)``, an :class:`~svmuon.orthogonal.msign.Orthogonalizer`). ``step`` is
+  whatever ``retract_direction`` needs; ``tangent_norm`` is ``‖P_W(U)‖_F`` per matrix (``(k,)``); ``info``
+  maps names to ``(k,)`` diagnostics, which the optimizer stores in ``state[p]["info"]``. A non-finite ``U``
+  must give a non-finite ``step`` (the optimizer's finiteness check reports it); nothing may raise.
+* ``retract_direction(W, step, eta, eta_max) -> W_new``: the retraction of ``-eta Φ``; ``eta`` is a tensor of
+  shape ``(k, 1, 1)``, ``eta_max`` a host float bound on it (the learning rate), which may pick the method.
+* ``stabilize(W, correct) -> (W, defect)``: ``defect = max|WᵀW - I|`` per matrix (``(k,)``, before
+  correction) and, if ``correct``, the corrected point (default: one Björck step from one Gram matrix).
+* ``step_slack(eta, orthogonalize) -> Tensor | float``: a bound on the defect one retraction may add by itself
+  (e.g. because a Newton–Schulz ``Φ`` is not an exact partial isometry). Default: 0.
+* the public methods that have no generic form here: ``project``, and, if ``step`` is not ``Φ`` itself,
+  ``_tangent_from_step(W, step)`` and ``_step_from_tangent(W, Phi)`` (used by :meth:`Manifold.steepest_direction`
+  and :meth:`Manifold.retract_along`).
 
 References:
-    absil2008optimization (embedded submanifolds, retractions), edelman1998geometry,
+    absil2008optimization (embedded submanifolds, retractions, projection transport), edelman1998geometry,
     su2025orthogonal (the steepest direction under the spectral norm on O(n)), higham2008functions (polar
     decomposition), bjorck1971iterative (the Björck correction).
 """
@@ -82,7 +82,7 @@ class Direction(NamedTuple):
     """What a manifold's direction kernel returns for a batch of ``k`` parameters (see the module doc).
 
     Its fields: ``step``, the manifold's representation of the unit steepest direction, read by its
-    ``_retract_along`` (the orthogonal group: ``O = msign([WᵀU]_skew)``, with ``Φ = W O``);
+    ``retract_direction`` (the orthogonal group: ``O = msign([WᵀU]_skew)``, with ``Φ = W O``);
     ``tangent_norm``, ``‖P_W(U)‖_F`` per matrix, shape ``(k,)``, for the ``eps`` damping; ``state``, the new
     per-parameter solver state, name -> tensor with first dimension ``k`` (may be empty); ``info``,
     diagnostics, name -> tensor of shape ``(k,)`` (may be empty).
@@ -165,24 +165,18 @@ class Manifold:
     the direction kernel) and the default kernels (no solver state, the Björck stabilisation, zero slack).
     """
 
-    #: extra per-parameter state a direction solver carries between steps (names of ``_init_state``)
+    #: extra per-parameter state a direction solver carries between steps (names of ``init_state``)
     state_keys: tuple[str, ...] = ()
 
-    def __init__(self, *, msign_method: str = "svd", ns_steps: int | None = None,
-                 ns_coefficients: Any = None, compute_dtype: torch.dtype | None = None) -> None:
-        from svmuon.orthogonal.msign import Orthogonalizer
-
-        if msign_method not in ("svd", "newton_schulz"):
-            raise ValueError(f"msign_method must be 'svd' or 'newton_schulz', got {msign_method!r}")
-        self.orthogonalize = Orthogonalizer(msign_method, ns_steps=ns_steps, ns_coefficients=ns_coefficients,
-                                            compute_dtype=compute_dtype)
+    def __init__(self, **options: Any) -> None:
+        if options:
+            msign = {"msign_method", "ns_steps", "ns_coefficients", "compute_dtype"} & set(options)
+            hint = (" A manifold has no msign route: pass msign_method/ns_steps/ns_coefficients/compute_dtype to the "
+                    "optimizer (ManifoldMuon), or orthogonalize= to steepest_direction.") if msign else ""
+            raise TypeError(f"{type(self).__name__}() got unexpected options {sorted(options)}.{hint}")
 
     def __repr__(self) -> str:
-        o = self.orthogonalize
-        if o.method == "svd":
-            return f"{type(self).__name__}(msign_method='svd')"
-        return (f"{type(self).__name__}(msign_method='newton_schulz', ns_steps={o.ns_steps}, "
-                f"ns_coefficients={o.ns_coefficients!r}, compute_dtype={o.compute_dtype})")
+        return f"{type(self).__name__}()"
 
     # -- points ---------------------------------------------------------------------------------------------
     def shape_error(self, shape: tuple[int, ...]) -> str | None:
@@ -199,7 +193,7 @@ class Manifold:
         """
         Wt, _ = as_matrix(W, "W")
         self._require_shape(Wt, "W")
-        W64 = self._to_canonical(Wt.double())
+        W64 = self._canonical(Wt.double())
         return (W64.mT @ W64 - eye_like(W64)).abs().amax(dim=(-2, -1))
 
     def check_point(self, W: Any, atol: float | None = 1e-5) -> bool:
@@ -309,21 +303,24 @@ class Manifold:
         check_pair(Wt, "W", Zt, "Z")
         self._require_point(Wt)
         scale = power_of_two_scale(Zt)  # exact, and P_W is linear: WᵀZ cannot overflow for a finite Z
-        out = self._from_canonical(self._project_tangent(self._to_canonical(Wt.to(Zt.dtype)),
-                                                         self._to_canonical(Zt / scale))) * scale
+        shape = tuple(Wt.shape)
+        out = self._canonical(self.tangent(self._canonical(Wt.to(Zt.dtype)), self._canonical(Zt / scale, shape)),
+                              shape) * scale
         if not bool(torch.isfinite(out).all()):
             raise ValueError(f"project_tangent: the tangent part of Z is beyond the range of {Zt.dtype} "
                              f"(max|Z| = {float(Zt.abs().max()):.3g}); pass a smaller Z or a wider dtype")
         return out.numpy() if was_numpy else out
 
-    def steepest_direction(self, W: Any, G: Any) -> Any:
+    def steepest_direction(self, W: Any, G: Any, *, orthogonalize: Callable[[torch.Tensor], torch.Tensor] | None = None
+                           ) -> Any:
         """Unit steepest-ascent direction ``Φ``: maximiser of ``tr(GᵀΦ)`` over tangent ``Φ`` with ``‖Φ‖₂ <= 1``.
 
-        Descent moves along ``-Φ`` (:meth:`retract_along`). Computed with this manifold's msign route
-        (constructor options).
+        Descent moves along ``-Φ`` (:meth:`retract_along`).
 
         Args:
             W: point ``(..., m, n)``. G: Euclidean gradient, same matrix shape, batch broadcastable.
+            orthogonalize: ``X -> msign(X)`` where the manifold's direction needs one (default: exact, by SVD),
+                e.g. an :class:`~svmuon.orthogonal.msign.Orthogonalizer` with a Newton–Schulz schedule.
 
         Returns:
             ``Φ``, the type of ``G``, the broadcast shape, dtype of ``G``.
@@ -340,11 +337,11 @@ class Manifold:
         check_pair(Wt, "W", Gt, "G")
         self._require_point(Wt)
         shape = torch.broadcast_shapes(Wt.shape, Gt.shape)
-        Wc = self._to_canonical(Wt.to(Gt.dtype).expand(shape).reshape(-1, *shape[-2:]))
-        Gc = self._to_canonical(Gt.expand(shape).reshape(-1, *shape[-2:]))
+        Wc = self._canonical(Wt.to(Gt.dtype).expand(shape).reshape(-1, *shape[-2:]))
+        Gc = self._canonical(Gt.expand(shape).reshape(-1, *shape[-2:]))
         Gc = Gc / power_of_two_scale(Gc)  # exact; Φ does not depend on the size of G, and WᵀG cannot overflow
-        d = self._direction(Wc, Gc, self.orthogonalize, self._init_state(Wc))
-        Phi = self._from_canonical(self._tangent_from_step(Wc, d.step)).reshape(shape)
+        d = self.direction(Wc, Gc, _orthogonalizer(orthogonalize), self.init_state(Wc))
+        Phi = self._canonical(self._tangent_from_step(Wc, d.step), tuple(shape)).reshape(shape)
         return Phi.numpy() if was_numpy else Phi
 
     # -- retractions ---------------------------------------------------------------------------------------
@@ -419,12 +416,13 @@ class Manifold:
         check_pair(Wt, "W", Pt, "Phi", into=True)
         self._require_point(Wt)
         Pt = Pt.to(Wt.dtype).expand_as(Wt).reshape(-1, *Wt.shape[-2:])
-        Wc = self._to_canonical(Wt.reshape(-1, *Wt.shape[-2:]))
-        step = self._step_from_tangent(Wc, self._to_canonical(Pt))
+        Wc = self._canonical(Wt.reshape(-1, *Wt.shape[-2:]))
+        step = self._step_from_tangent(Wc, self._canonical(Pt))
         if eta_f > torch.finfo(Wt.dtype).max:
             raise ValueError(f"eta must be a finite real number >= 0 representable in {Wt.dtype} (at most "
                              f"{torch.finfo(Wt.dtype).max:.3g}), got {eta!r}")
-        out = self._from_canonical(self._retract_along(Wc, step, _eta_tensor(eta_f, Wc))).reshape(Wt.shape)
+        out = self._canonical(self.retract_direction(Wc, step, _eta_tensor(eta_f, Wc), eta_f),
+                              tuple(Wt.shape)).reshape(Wt.shape)
         if bool(torch.isfinite(out).all()) and not bool((self.defect(out) <= 10 * math.sqrt(torch.finfo(Wt.dtype).eps)).all()):
             # Φ was not a tangent vector (or not of the kind the closed form assumes): the formula does not
             # apply, so take the definition, the nearest point to W - ηΦ (raises if that is not unique)
@@ -439,32 +437,39 @@ class Manifold:
         m, n = shape[-2:]
         return None if m >= n else f"a point must be tall or square (..., m, n) with m >= n, got {m} x {n}"
 
-    def _to_canonical(self, X: torch.Tensor) -> torch.Tensor:
-        return X
+    def transposed(self, shape: tuple[int, ...]) -> bool:
+        """Whether the kernels see a parameter of this shape transposed (the one orientation hook; default False)."""
+        return False
 
-    def _from_canonical(self, X: torch.Tensor) -> torch.Tensor:
-        return X
+    def _canonical(self, X: torch.Tensor, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+        """``X`` as the kernels see a parameter of ``shape`` (default ``X``'s own); an involution, so it also
+        turns a kernel's result back when given the parameter's shape."""
+        return X.mT if self.transposed(tuple(X.shape if shape is None else shape)) else X
 
-    def _init_state(self, W: torch.Tensor) -> dict[str, torch.Tensor]:
+    def init_state(self, W: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Fresh solver state for a canonical batch ``W`` ``(k, m, n)`` (protocol; default: none)."""
         return {}
 
-    def _stabilize(self, W: torch.Tensor, correct: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(W + W(I - WᵀW)/2 if correct else W, max|WᵀW - I|)`` for ``(k, m, n)``: one Gram matrix, one
-        more product for the Björck step (bjorck1971iterative; an error ε becomes ≈ 3ε²/4)."""
+    def stabilize(self, W: torch.Tensor, correct: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(W + W(I - WᵀW)/2 if correct else W, max|WᵀW - I|)`` for canonical ``(k, m, n)`` (protocol): one Gram
+        matrix, one more product for the Björck step (bjorck1971iterative; an error ε becomes ≈ 3ε²/4)."""
         R = torch.baddbmm(eye_like(W).expand(W.shape[0], -1, -1), W.mT, W, alpha=-1.0)  # I - WᵀW
         defect = R.abs().amax(dim=(-2, -1))
         if correct:
             W = torch.baddbmm(W, W, R, alpha=0.5)
         return W, defect
 
-    def _step_slack(self, eta: torch.Tensor, orthogonalize: Any) -> torch.Tensor | float:
+    def step_slack(self, eta: torch.Tensor, orthogonalize: Any) -> torch.Tensor | float:
+        """A bound on the defect one retraction adds by itself (protocol; default 0)."""
         return 0.0
 
-    def _project_tangent(self, W: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+    def tangent(self, W: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
+        """``P_W(Z)`` for canonical batches (protocol)."""
+        raise NotImplementedError(f"{type(self).__name__}.tangent")
 
-    def _direction(self, W, U, orthogonalize, state) -> Direction:  # noqa: ANN001
-        raise NotImplementedError
+    def direction(self, W: torch.Tensor, U: torch.Tensor, orthogonalize: Any, state: dict) -> Direction:
+        """The unit steepest direction for canonical batches (protocol)."""
+        raise NotImplementedError(f"{type(self).__name__}.direction")
 
     def _tangent_from_step(self, W: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
         return step
@@ -472,11 +477,24 @@ class Manifold:
     def _step_from_tangent(self, W: torch.Tensor, Phi: torch.Tensor) -> torch.Tensor:
         return Phi
 
-    def _retract_along(self, W: torch.Tensor, step: torch.Tensor, eta: torch.Tensor) -> torch.Tensor:
-        """Generic closed form ``(W - ηΦ)(I - P + P/√(1+η²))`` with ``step = Φ`` (two products)."""
+    def retract_direction(self, W: torch.Tensor, step: torch.Tensor, eta: torch.Tensor,
+                          eta_max: float | None = None) -> torch.Tensor:
+        """Generic closed form ``(W - ηΦ)(I - P + P/√(1+η²))`` with ``step = Φ`` a partial isometry (protocol;
+        two products)."""
         _, c = _retraction_scalars(eta)
         V = W - eta * step
         return torch.baddbmm(V, V, (step.mT @ step) * c)  # (W - ηΦ)(I + (s-1)P)
+
+
+def _orthogonalizer(orthogonalize: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The caller's ``orthogonalize`` (checked to be callable), or the exact msign by SVD."""
+    if orthogonalize is None:
+        from svmuon.orthogonal.msign import Orthogonalizer
+
+        return Orthogonalizer("svd")
+    if not callable(orthogonalize):
+        raise TypeError(f"orthogonalize must be None or a callable X -> msign(X), got {type(orthogonalize).__name__}")
+    return orthogonalize
 
 
 def _eta_tensor(eta: float, W: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from svmuon._validation import check_finite
-from svmuon.orthogonal.base import Direction, Manifold, _retraction_scalars, as_matrix, check_pair, eye_like
+from svmuon.orthogonal.base import Direction, Manifold, _orthogonalizer, _retraction_scalars, as_matrix, check_pair, eye_like
 
 __all__ = ["sym", "skew", "Orthogonal", "drift_factor"]
 
@@ -106,20 +106,12 @@ def drift_factor(sigma_range: tuple[float, float]) -> float:
 class Orthogonal(Manifold):
     """The orthogonal group ``O(n) = {W ∈ R^{n×n} : WᵀW = I}``, batched over leading dimensions.
 
-    Holds only the choice of msign route for :meth:`~svmuon.orthogonal.base.Manifold.steepest_direction` and
-    :meth:`skew_direction` (no
-    optimizer state); every method is a pure function of its arguments, accepts shape ``(..., n, n)`` and
-    keeps dtype and device.
-
-    Args:
-        msign_method: ``"svd"`` (exact, default) or ``"newton_schulz"``; see :func:`svmuon.orthogonal.msign.msign`.
-        ns_steps: Newton–Schulz iterations (``None``: the schedule's default).
-        ns_coefficients: Newton–Schulz schedule: ``"polar_express"``, ``"cubic"``, ``"keller_jordan"`` or
-            explicit ``(a, b, c)`` triples.
-        compute_dtype: dtype of the Newton–Schulz matmuls (``None``: msign's default, bf16 on CUDA).
+    Holds nothing (no optimizer state, no msign route: :meth:`~svmuon.orthogonal.base.Manifold.steepest_direction`
+    and :meth:`skew_direction` take an optional ``orthogonalize``); every method is a pure function of its
+    arguments, accepts shape ``(..., n, n)`` and keeps dtype and device.
 
     Raises:
-        ValueError: unknown ``msign_method``, or Newton–Schulz options with ``msign_method="svd"``.
+        TypeError: any constructor argument (the msign options belong to the optimizer, or to ``orthogonalize``).
 
     References:
         su2025orthogonal, absil2008optimization, edelman1998geometry, higham2008functions.
@@ -131,10 +123,10 @@ class Orthogonal(Manifold):
             return f"a point of the orthogonal group must be square (..., n, n), got shape {shape}"
         return None
 
-    def _project_tangent(self, W: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
+    def tangent(self, W: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
         return W @ _skew(W.mT @ Z)
 
-    def _direction(self, W: torch.Tensor, U: torch.Tensor, orthogonalize: Any, state: dict) -> Direction:
+    def direction(self, W: torch.Tensor, U: torch.Tensor, orthogonalize: Any, state: dict) -> Direction:
         """``O = [msign([WᵀU]_skew)]_skew`` (eq-orth-direction) and ``‖[WᵀU]_skew‖_F`` (one product)."""
         A = _skew(W.mT @ U.to(W.dtype))
         O = _skew(orthogonalize(A).to(W.dtype))  # removes a symmetric residue of rounding or bf16
@@ -146,7 +138,8 @@ class Orthogonal(Manifold):
     def _step_from_tangent(self, W: torch.Tensor, Phi: torch.Tensor) -> torch.Tensor:
         return _skew(W.mT @ Phi)  # O = WᵀΦ, re-projected onto skew matrices
 
-    def _retract_along(self, W: torch.Tensor, step: torch.Tensor, eta: torch.Tensor) -> torch.Tensor:
+    def retract_direction(self, W: torch.Tensor, step: torch.Tensor, eta: torch.Tensor,
+                          eta_max: float | None = None) -> torch.Tensor:
         """eq-orth-retraction as ``W + W(-ηsO + (s-1)OᵀO)``: two products, the small update added to W.
 
         Because ``OP = O`` for a partial isometry (``P = OᵀO``), ``W(I-ηO)(I-P+sP) = W + W(-ηsO + (s-1)P)``;
@@ -157,7 +150,7 @@ class Orthogonal(Manifold):
         update = (O.mT @ O).mul_(c).sub_(O * (eta * s))  # (s-1)OᵀO - ηsO
         return torch.baddbmm(W, W, update)
 
-    def _step_slack(self, eta: torch.Tensor, orthogonalize: Any) -> torch.Tensor | float:
+    def step_slack(self, eta: torch.Tensor, orthogonalize: Any) -> torch.Tensor | float:
         factor = drift_factor(getattr(orthogonalize, "sigma_range", (0.0, 1.0)))
         if factor == 0:
             return 0.0
@@ -165,7 +158,7 @@ class Orthogonal(Manifold):
         return (factor * c * c).flatten()  # eq-orth-drift: factor · (s-1)²
 
     # -- public methods specific to O(n) ---------------------------------------------------------------------
-    def skew_direction(self, W: Any, G: Any) -> Any:
+    def skew_direction(self, W: Any, G: Any, *, orthogonalize: Any = None) -> Any:
         """``O = msign([WᵀG]_skew)``, the factor with ``Φ = W O`` (eq-orth-direction); exactly skew.
 
         msign maps skew matrices to skew matrices (the book's ``thm-skew-msign``); the returned
@@ -174,6 +167,8 @@ class Orthogonal(Manifold):
 
         Args:
             W: ``(..., n, n)`` orthogonal. G: Euclidean gradient, ``(..., n, n)``, finite.
+            orthogonalize: ``X -> msign(X)`` (default: exact, by SVD), e.g. an
+                :class:`~svmuon.orthogonal.msign.Orthogonalizer` with a Newton–Schulz schedule.
 
         Returns:
             ``O``, shape ``(..., n, n)``, dtype and device of ``G`` (NumPy in, NumPy out).
@@ -191,7 +186,7 @@ class Orthogonal(Manifold):
         flat = lambda T: T.expand(shape).reshape(-1, *shape[-2:])  # noqa: E731
         Gf = flat(Gt)
         Gf = Gf / power_of_two_scale(Gf)  # exact; O does not depend on the size of G, and WᵀG cannot overflow
-        O = self._direction(flat(Wt.to(Gt.dtype)), Gf, self.orthogonalize, {}).step.reshape(shape)
+        O = self.direction(flat(Wt.to(Gt.dtype)), Gf, _orthogonalizer(orthogonalize), {}).step.reshape(shape)
         return O.numpy() if was_numpy else O
 
     def orthogonality_error(self, W: Any) -> torch.Tensor:
@@ -243,7 +238,7 @@ class Orthogonal(Manifold):
                 far from orthogonal: ``WᵀW`` or the product overflows).
         """
         Wt, was_numpy = _matrix(W, "W")
-        out, _ = self._stabilize(Wt.reshape(-1, *Wt.shape[-2:]), True)
+        out, _ = self.stabilize(Wt.reshape(-1, *Wt.shape[-2:]), True)
         out = out.reshape(Wt.shape)
         if not bool(torch.isfinite(out).all()):
             raise ValueError(f"polar_correction: W(3I - WᵀW)/2 overflows {Wt.dtype} (max|W| = "

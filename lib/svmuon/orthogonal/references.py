@@ -10,7 +10,7 @@ complete ``W`` to an orthogonal ``[W, W⊥]`` (a full QR); every tangent vector 
 a problem with no equality constraint, which interior-point solvers (CLARABEL) solve to about 1e-9
 relative accuracy even where the optimum is degenerate (near-square shapes), while the equality-constrained
 form stalls there. Nothing here uses the dual, the reduction or any solver of
-:mod:`svmuon.orthogonal.stiefel_solvers`.
+:mod:`svmuon.orthogonal.stiefel`.
 """
 
 from __future__ import annotations

@@ -30,7 +30,6 @@ _EXPORTS = {
     "marchenko_pastur_pdf": "svmuon.spectral.random_matrix",
     "marchenko_pastur_moment": "svmuon.spectral.random_matrix",
     "load_weights": "svmuon.spectral.report",
-    "FixedEntropyLinear": "svmuon.spectral.layers",
     "EntropyMonitor": "svmuon.spectral.monitor",
     "plot_entropy_frame": "svmuon.spectral.monitor",
     "gaussian_baseline": "svmuon.spectral.monitor",

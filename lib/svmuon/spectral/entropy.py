@@ -121,7 +121,9 @@ def _renyi(p: torch.Tensor, q: float) -> torch.Tensor:
     # H_q = (q ℓ_max + L - q log s)/(1 - q) = q/(q-1) (log s - ℓ_max) - L/(q-1), L = log Σ e^{q(ℓ-ℓ_max)} in
     # [0, log k]: in the first form q ℓ_max overflows for q near 1e308 (NaN), in the second nothing does
     q_arg = min(q, torch.finfo(p.dtype).max)  # q itself would round to inf in float32, and inf · 0 = NaN at ℓ_max
-    lse_rest = torch.logsumexp(q_arg * (log_p - top), dim=-1)
+    # a tiny q rounds to 0 in float32 (q < 1.4e-45) and 0 · (-inf) = NaN at p_i = 0: keep -inf there explicitly
+    # (then L = log #support, the right limit: H_q -> log #support as q -> 0)
+    lse_rest = torch.logsumexp(torch.where(positive, q_arg * (log_p - top), log_p), dim=-1)
     return (q / (q - 1.0)) * (log_s - top.squeeze(-1)) - lse_rest / (q - 1.0)
 
 

@@ -198,7 +198,12 @@ def spectrum_with_entropy(z: Any, h: Any, scale: Any = 1.0, power: float = 1) ->
     Raises:
         ValueError: as :func:`tempered_softmax`; ``power <= 0``; a non-positive or non-finite ``scale``, or
             one whose shape does not broadcast to ``z.shape[:-1] + (1,)`` (a scale per singular value would
-            change the entropy).
+            change the entropy); a power the dtype cannot carry: the returned σ, with values at or below
+            ``k·eps·σ_max`` counted as zeros (as ``singular_value_entropy`` does for a k×k matrix), must give
+            H(σ^power/Σσ^power) within ``sqrt(eps)`` of h. That fails for small powers, where
+            ``(p_min/p_max)^(1/power) <= k·eps`` (about power < log(p_max/p_min) / log(1/(k·eps))), and for
+            large ones, where ``power·eps·Σ p_i |log p_i + h| > sqrt(eps)`` (σ_i round to equal values); the
+            message gives both bounds for the spectrum at hand.
         TypeError: as :func:`tempered_softmax`; ``scale`` not a real number, array or tensor.
     """
     from svmuon.spectral.spectrum import _check_power
@@ -225,4 +230,43 @@ def spectrum_with_entropy(z: Any, h: Any, scale: Any = 1.0, power: float = 1) ->
                          f"{tuple(t.shape[:-1]) + (1,)}")
     p = tempered_softmax(t, h)
     sigma = s * p ** (1.0 / r)
+    _check_realised(sigma.detach(), p.detach(), torch.as_tensor(h, dtype=torch.float64, device=t.device), r)
     return sigma.detach().cpu().numpy() if was_numpy else sigma
+
+
+def _check_realised(sigma: torch.Tensor, p: torch.Tensor, h: torch.Tensor, r: float) -> None:
+    """Refuse a power r for which the spectrum ``sigma``, as returned in its dtype, does not carry entropy h.
+
+    Measured on ``sigma`` itself in float64, as :func:`svmuon.singular_value_entropy` (default ``rtol``) would
+    see a k×k matrix with these singular values: values at or below ``k·eps·σ_max`` count as zeros, and
+    ``H(σ^r / Σσ^r)`` must be within ``sqrt(eps)`` of h (eps of sigma's dtype). Two ends fail. A small r
+    spreads ``σ_i ∝ p_i^{1/r}`` beyond the dtype: ``(p_min/p_max)^{1/r} <= k·eps`` drops the smallest values
+    (or all underflow), about r < log(p_max/p_min) / log(1/(k·eps)). A large r rounds them towards one value:
+    rounding each σ_i (relative eps/2) moves p_i by r·eps/2 relative and H by up to
+    ``r·eps·Σ p_i |log p_i + h|``, above sqrt(eps) for r > 1/(sqrt(eps)·Σ p_i |log p_i + h|)."""
+    k = sigma.shape[-1]
+    eps = torch.finfo(sigma.dtype).eps
+    tol = math.sqrt(eps)
+    s64 = sigma.to(torch.float64)
+    top = s64.amax(-1, keepdim=True)
+    ok_top = (top > 0) & torch.isfinite(top)
+    w = s64 / torch.where(ok_top, top, torch.ones_like(top))
+    keep = (w > k * eps) & ok_top
+    logw = torch.where(keep, torch.log(torch.where(keep, w, torch.ones_like(w))), torch.full_like(w, -math.inf))
+    lp = r * logw - torch.logsumexp(r * logw, -1, keepdim=True)
+    H = -torch.where(keep, lp.exp() * lp, torch.zeros_like(lp)).sum(-1) + 0.0  # + 0.0: no "-0" in the message
+    target = torch.broadcast_to(h, H.shape)
+    miss = ~ok_top.squeeze(-1) | ((H - target).abs() > tol)
+    if not bool(miss.any()):
+        return
+    i = int(miss.flatten().nonzero()[0])
+    hi_ = float(target.flatten()[i])
+    what = (f"its singular-value entropy would be {float(H.flatten()[i]):.6g} nats, not h = {hi_:.6g}"
+            if bool(ok_top.flatten()[i]) else f"σ = scale·p^(1/power) underflows to {float(top.flatten()[i]):.3g}")
+    q = p.to(torch.float64).reshape(-1, k)[i]
+    q = q[q > 0]
+    lo = float(torch.log(q.max() / q.min())) / math.log(1 / (k * eps))
+    hi = tol / (eps * max(float((q * (torch.log(q) + hi_).abs()).sum()), 1e-300))
+    raise ValueError(f"power = {r!r} cannot carry this spectrum in {sigma.dtype}: {what} (tolerance sqrt(eps) = "
+                     f"{tol:.2g}); powers between about {lo:.3g} and {hi:.3g} are safe for it (small ones spread "
+                     "σ_i ∝ p_i^(1/power) beyond the dtype, large ones round the σ_i to one value)")

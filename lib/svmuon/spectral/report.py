@@ -33,7 +33,7 @@ import torch
 
 from svmuon.spectral.entropy import renyi_entropy
 from svmuon.spectral.random_matrix import gaussian_entropy_limit
-from svmuon.spectral.spectrum import _distribution, singular_values
+from svmuon.spectral.spectrum import _distribution, _scale_free, _svdvals
 
 __all__ = ["spectral_report", "plot_spectral_report", "load_weights"]
 
@@ -67,7 +67,8 @@ def load_weights(source: Any) -> tuple[dict[str, Any], str]:
     Raises:
         FileNotFoundError: the path does not exist.
         TypeError: an unsupported source, or a file whose content is not a mapping of names to tensors.
-        ValueError: a file torch cannot read with ``weights_only=True`` (it would need to unpickle code).
+        ValueError: a file torch cannot read with ``weights_only=True`` (it would need to unpickle code), or a
+            ``.safetensors`` file (any case of the suffix) that is not one; the message names the file.
     """
     if isinstance(source, torch.nn.Module):
         return dict(source.named_parameters()), f"module {type(source).__name__}"
@@ -78,10 +79,14 @@ def load_weights(source: Any) -> tuple[dict[str, Any], str]:
         if not path.is_file():
             raise FileNotFoundError(f"source: no weights file at {str(path)!r}")
         label = f"file {path.name!r}"
-        if path.suffix == ".safetensors":
+        if path.suffix.lower() == ".safetensors":  # .SAFETENSORS too: never sent to torch.load
             from safetensors.torch import load_file
 
-            return load_file(str(path), device="cpu"), label
+            try:
+                return load_file(str(path), device="cpu"), label
+            except Exception as err:  # SafetensorError names neither the file nor the format
+                raise ValueError(f"source: {label} ({path}) is not a readable safetensors file: "
+                                 f"{type(err).__name__}: {err}") from err
         try:
             loaded = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as err:  # UnpicklingError and friends: refuse rather than run arbitrary code
@@ -104,6 +109,10 @@ def _as_matrix(name: str, value: Any, label: str) -> tuple[torch.Tensor | None, 
     if value.ndim < 2:
         return None, f"{value.ndim}-D parameter, shape {tuple(value.shape)}"
     t = value.detach()
+    if t.device.type == "meta":
+        raise ValueError(f"{label}: parameter {name!r} of shape {tuple(t.shape)} is on the meta device (a shape "
+                         "without values): load or initialise the weights first, e.g. module.to_empty(device='cpu') "
+                         "and load_state_dict")
     if t.numel() == 0:
         raise ValueError(f"{label}: parameter {name!r} is an empty matrix of shape {tuple(t.shape)}; "
                          "a weight matrix must have at least one entry")
@@ -178,7 +187,9 @@ def _row(name: str, shape: tuple[int, ...], W: torch.Tensor, qs: tuple[float, ..
     k = min(m, n)
     row: dict[str, Any] = {"name": name, "shape": shape, "m": m, "n": n, "k": k, "flattened": len(shape) > 2,
                            "log_k": math.log(k)}
-    sigma = singular_values(W)  # one SVD per matrix; the distributions below reuse it (eq-normalisations)
+    # one SVD per matrix; the distributions below reuse it (eq-normalisations). Taken after an exact power-of-two
+    # rescaling: every column is scale invariant, and σ_1 of finite float32 weights can overflow (3e38 entries)
+    sigma = _svdvals(_scale_free(W))
     # stable rank = ‖W‖_F² / ‖W‖_2² = exp H_∞(σ²/Σσ²) = 1 / max_i p_i (see svmuon.spectral.entropy.stable_rank)
     row["stable_rank"] = math.exp(float(renyi_entropy(_distribution(sigma, 2.0, tuple(W.shape), None), math.inf)))
     for power in powers:
@@ -222,7 +233,8 @@ def spectral_report(source: Any, *, q: Any = (1, 2), power: Any = (1, 2)) -> pd.
         TypeError: unsupported ``source`` or an entry that is not a tensor (message names source and entry);
             ``q``/``power`` not a number or a sequence of numbers.
         FileNotFoundError: a path that does not exist.
-        ValueError: a NaN/Inf weight or an empty matrix (names the parameter), no weight matrix at all,
+        ValueError: a NaN/Inf weight, an empty matrix or one on the meta device (names the parameter), an
+            unreadable weights file (names it), no weight matrix at all,
             ``q``/``power`` out of range (negative, non-finite, power 0, or beyond the bounds above) or
             holding a value twice.
 

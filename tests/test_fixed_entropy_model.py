@@ -1,4 +1,4 @@
-"""FixedEntropyLinear (svmuon.spectral.layers): its entropy, its options bias and gain, bad input."""
+"""FixedEntropyLinear (svmuon.experiments.fixed_entropy_model): its entropy, its options bias and gain, bad input."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from svmuon import singular_value_entropy
-from svmuon.spectral import FixedEntropyLinear
+from svmuon.experiments.fixed_entropy_model import FixedEntropyLinear
 
 
 @pytest.mark.parametrize("n_in, n_out", [(12, 5), (5, 12), (7, 7)])

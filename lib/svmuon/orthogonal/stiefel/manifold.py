@@ -1,0 +1,308 @@
+"""The Stiefel manifold ``St(m, n) = {W ∈ R^{m×n} : WᵀW = I_n}`` (m >= n) as a ``svmuon.orthogonal.base.Manifold``.
+
+The book writes ``St(m, n)`` with m >= n rows and columns; the source articles (su2025stiefel) write it
+``St(n, m)``. A wide matrix (m < n) is a point when its *rows* are orthonormal (``WWᵀ = I_m``) and is handled
+as its transpose everywhere (``transpose_wide=True``, the default), so one manifold object serves the tall
+and the wide weights of a network.
+
+* tangent space at ``W``: ``{Δ : WᵀΔ + ΔᵀW = 0}``, projection ``P_W(Z) = Z - W[WᵀZ]_sym``;
+* steepest direction under the spectral norm: by the solver of the options (:mod:`svmuon.orthogonal.stiefel`;
+  default ``"completion"``); for m = n the orthogonal group's closed form ``W msign([WᵀG]_skew)``;
+* retraction: the polar retraction ``R_W(Ξ) = (W + Ξ)((W + Ξ)ᵀ(W + Ξ))^{-1/2}``, the nearest point to ``W + Ξ``:
+  for tangent ``Ξ = -ηΦ`` the Gram matrix is ``I + η²ΦᵀΦ`` (thm-stiefel-retraction), whose inverse square root
+  Newton–Schulz iterations from the identity reach in a few steps for ``η < 0.9`` (an eigendecomposition
+  beyond); the iterations run against the Gram matrix of the actual ``W - ηΦ``, so a tangent residual or a
+  drifted ``W`` costs no accuracy;
+* nearest point: the polar factor (differentiable, with a backward that is finite at repeated singular values).
+
+References:
+    edelman1998geometry, absil2008optimization, su2025stiefel, bernstein2025stiefel, higham2008functions.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import torch
+
+from svmuon.orthogonal.base import Direction, Manifold, _orthogonalizer, as_matrix, check_pair, eye_like
+from svmuon.orthogonal.stiefel.dispatch import solve
+from svmuon.orthogonal.stiefel.options import StiefelOptions
+from svmuon.orthogonal.stiefel.reduction import WORK_DTYPE, _sym
+
+__all__ = ["Stiefel"]
+
+_UNSET: Any = object()
+
+
+def _series_degree(eta_max: float, unit: float) -> int | None:
+    """The degree of the binomial series ``(I + E)^{-1/2} = Σ_k binom(-1/2, k) E^k`` that reaches ``unit`` for
+    ``‖E‖₂ <= r``, ``r = η² + 1e-3`` (``E = (W - ηΦ)ᵀ(W - ηΦ) - I = η²ΦᵀΦ`` plus rounding and drift for tangent
+    ``Φ`` with ``‖Φ‖₂ <= 1``): the tail after degree ``k`` is at most ``|binom(-1/2, k+1)| r^{k+1} / (1 - r)``.
+    ``None`` where ``r >= 0.5`` (the series converges too slowly; an eigendecomposition is cheaper)."""
+    r = eta_max * eta_max + 1e-3
+    if r >= 0.5:
+        return None
+    k, coef = 0, 1.0
+    while True:
+        coef *= (k + 0.5) / (k + 1)  # |binom(-1/2, k+1)|
+        if coef * r ** (k + 1) / (1 - r) <= unit or k >= 30:
+            return k
+        k += 1
+
+
+def _inverse_sqrt_series(E: torch.Tensor, degree: int) -> torch.Tensor:
+    """``Σ_{k <= degree} binom(-1/2, k) E^k`` by Horner's rule (``degree - 1`` products of E)."""
+    coefs = [1.0]
+    for k in range(degree):
+        coefs.append(coefs[-1] * -(k + 0.5) / (k + 1))
+    eye = torch.eye(E.shape[-1], dtype=E.dtype, device=E.device)
+    Z = coefs[-1] * E + coefs[-2] * eye if degree >= 1 else eye.expand_as(E)
+    for c in reversed(coefs[:-2]):
+        Z = torch.baddbmm(eye.expand_as(E), E, Z, beta=c) if E.ndim == 3 else c * eye + E @ Z
+    return Z
+
+
+class Stiefel(Manifold):
+    """The Stiefel manifold ``St(m, n) = {W ∈ R^{m×n} : WᵀW = I_n}``, m >= n, batched ``(..., m, n)``.
+
+    Holds the solver options (a frozen :class:`~svmuon.orthogonal.stiefel.options.StiefelOptions`, ``.options``),
+    no optimizer state and no msign route (the optimizer passes its own; the public methods take an optional
+    ``orthogonalize``). Every method keeps type (tensor/NumPy), dtype and device. Wide matrices are handled
+    transposed.
+
+    Args:
+        solver: ``"completion"`` (default), ``"newton"`` (exact), ``"fixed_point"``, ``"fixed_point_reduced"``,
+            ``"dual_ascent"``; and ``tol``, ``max_iter``, ``smoothing``, ``max_cg``, ``rank_rtol``, ``alpha``,
+            ``transpose_wide``: see ``StiefelOptions``, which holds every default.
+        method: the old spelling of ``solver`` (a ``DeprecationWarning``; ``method`` is the msign route elsewhere).
+
+    Raises:
+        ValueError, TypeError: bad options (``StiefelOptions``); msign options (``msign_method``, ``ns_steps``, ...),
+            which belong to the optimizer.
+
+    References:
+        su2025stiefel, bernstein2025stiefel, su2025orthogonal, absil2008optimization, edelman1998geometry.
+    """
+
+    def __init__(self, *, method: Any = _UNSET, **options: Any) -> None:
+        msign = {"msign_method", "ns_steps", "ns_coefficients", "compute_dtype"} & set(options)
+        if msign:
+            super().__init__(**{k: options[k] for k in msign})  # raises, naming them
+        if method is not _UNSET:
+            warnings.warn("Stiefel(method=...) is deprecated: use solver=... (method is the msign route elsewhere "
+                          "in svmuon)", DeprecationWarning, stacklevel=2)
+            options.setdefault("solver", method)
+        self.options = StiefelOptions(**options)
+        self.state_keys = () if self.options.solver == "completion" else ("Y", "warm")
+
+    def __repr__(self) -> str:
+        defaults = StiefelOptions()
+        changed = [f"{k}={getattr(self.options, k)!r}" for k in defaults.__dataclass_fields__
+                   if getattr(self.options, k) != getattr(defaults, k)]
+        return f"Stiefel({', '.join(changed)})"
+
+    def __getattr__(self, name: str) -> Any:  # the options read as attributes: Stiefel().solver, .tol, ...
+        options = self.__dict__.get("options")
+        if options is not None and name in StiefelOptions.__dataclass_fields__:
+            return getattr(options, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    # -- points ---------------------------------------------------------------------------------------------
+    def _shape_error(self, shape: tuple[int, ...]) -> str | None:
+        m, n = shape[-2:]
+        if m < n and not self.options.transpose_wide:
+            return (f"a point of St(m, n) must be tall or square (..., m, n) with m >= n, got {m} x {n} "
+                    "(a wide matrix with orthonormal rows is accepted with Stiefel(transpose_wide=True), "
+                    "or pass its transpose)")
+        return None
+
+    def transposed(self, shape: tuple[int, ...]) -> bool:
+        """True for a wide shape (``m < n``): its kernels see the tall transpose."""
+        return shape[-2] < shape[-1]
+
+    def defect(self, W: Any) -> torch.Tensor:
+        """``‖WᵀW - I‖_max`` per matrix (``‖WWᵀ - I‖_max`` for a wide one), shape ``(...)``, in float64.
+
+        Raises:
+            TypeError: non-float ``W``. ValueError: empty, non-finite ``W``, or wide with ``transpose_wide=False``.
+        """
+        return super().defect(W)
+
+    def project(self, W: Any) -> Any:
+        """Nearest point in Frobenius norm: the orthonormal polar factor ``UVᵀ`` of a thin SVD ``W = UΣVᵀ``
+        (higham1986polar); wide ``W``: orthonormal rows. Differentiable, with a backward that stays finite at
+        repeated singular values (the identity, any point: :mod:`svmuon.orthogonal._polar_grad`). For a
+        rank-deficient ``W`` one of the nearest points (the null directions are completed by the SVD's vectors).
+
+        Raises:
+            TypeError: non-float ``W``. ValueError: empty or non-finite ``W``, or wide with ``transpose_wide=False``.
+        """
+        from svmuon.orthogonal._polar_grad import polar_factor_svd
+
+        Wt, was_numpy = as_matrix(W, "W")
+        self._require_shape(Wt, "W")
+        work = Wt if Wt.dtype in (torch.float32, torch.float64) else Wt.float()
+        Q = self._canonical(polar_factor_svd(self._canonical(work), 0.0), tuple(Wt.shape))
+        if bool((self.defect(Q.detach()) > 0.5).any()):  # a dropped (zero) direction: complete it from the SVD
+            U, _, Vh = torch.linalg.svd(work, full_matrices=False)
+            Q = U @ Vh
+        out = Q.to(Wt.dtype)
+        return out.numpy() if was_numpy else out
+
+    # -- tangent vectors and directions ---------------------------------------------------------------------
+    def steepest_direction(self, W: Any, G: Any, *, orthogonalize: Any = None, eps: float | None = None,
+                           **options: Any) -> Any:
+        """Unit steepest-ascent direction ``Φ``: maximiser of ``tr(GᵀΦ)`` over tangent ``Φ`` with ``‖Φ‖₂ <= 1``
+        (eq-stiefel-problem), by this manifold's solver. Descend along ``-Φ``. For m = n: ``W msign([WᵀG]_skew)``.
+
+        Args:
+            W: point ``(..., m, n)`` (wide: handled transposed). G: gradient, same matrix shape, batch
+                broadcastable; ``Φ`` has its type and dtype.
+            orthogonalize: ``X -> msign(X)`` for the square case and the msign-based solvers (default: exact).
+            eps: a tangent part ``‖P_W(G)‖_F`` below ``eps ‖G‖_F`` is rounding noise of the projection at this
+                precision, not a direction: ``Φ`` is multiplied by ``‖P_W(G)‖_F / (eps ‖G‖_F)`` there (the
+                optimizer's eps rule), so ``G = W(S + Sᵀ)`` gives ``Φ ≈ 0`` as ``G = 0`` does. Default ``√eps`` of
+                the dtype; 0 disables.
+            options: override this manifold's solver options for this call (``solver``, ``tol``, ``max_iter``...).
+
+        Returns:
+            ``Φ`` in the broadcast shape: tangent and ``‖Φ‖₂ <= 1`` to the rounding of its dtype (use
+            :func:`~svmuon.orthogonal.stiefel.stiefel_direction` for iterations, residuals and the gap).
+
+        Raises:
+            TypeError: non-float inputs. ValueError: shape mismatch, non-finite entries, ``W`` not a point
+                (``‖WᵀW - I‖_max > √eps`` of its dtype), wide ``W`` with ``transpose_wide=False``, bad options.
+        """
+        from svmuon.orthogonal.msign import power_of_two_scale
+
+        opts = StiefelOptions(**{**{k: getattr(self.options, k) for k in StiefelOptions.__dataclass_fields__},
+                                 **options})
+        Wt, _ = as_matrix(W, "W")
+        Gt, was_numpy = as_matrix(G, "G")
+        self._require_shape(Wt, "W")
+        check_pair(Wt, "W", Gt, "G")
+        self._require_point(Wt)
+        if Gt.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"G must be float32 or float64, got {Gt.dtype}")
+        eps = math.sqrt(torch.finfo(Gt.dtype).eps) if eps is None else float(eps)
+        if not (math.isfinite(eps) and eps >= 0):
+            raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+        shape = torch.broadcast_shapes(Wt.shape, Gt.shape)
+        Wc = self._canonical(Wt.to(Gt.dtype).expand(shape).reshape(-1, *shape[-2:]), tuple(shape))
+        Gc = self._canonical(Gt.expand(shape).reshape(-1, *shape[-2:]), tuple(shape))
+        Gc = Gc / power_of_two_scale(Gc)  # exact; Φ does not depend on the size of G, and no product overflows
+        sol = solve(Wc, Gc, opts, orthogonalize=_orthogonalizer(orthogonalize))
+        damping = _eps_damping(sol.tangent_norm.to(Gc.dtype), torch.linalg.matrix_norm(Gc), eps)
+        Phi = self._canonical(sol.Phi * damping[:, None, None], tuple(shape)).reshape(shape)
+        return Phi.numpy() if was_numpy else Phi
+
+    def retract_along(self, W: Any, Phi: Any, eta: float) -> Any:
+        """Polar retraction ``R_W(-ηΦ)``: the nearest point of St(m, n) to ``W - ηΦ`` (thm-stiefel-retraction).
+
+        For tangent ``Φ`` with ``‖Φ‖₂ <= 1`` (any singular values in [0, 1], as a Stiefel direction has) this is
+        ``(W - ηΦ)(I + η²ΦᵀΦ)^{-1/2}``, computed by Newton–Schulz iterations against the exact Gram matrix (an
+        eigendecomposition for ``η >= 0.9``); for a partial isometry it is the source's closed form
+        ``(W - ηΦ)(I - P + P/√(1+η²))``. A ``Φ`` that is not tangent (the result off the manifold by more than
+        ``10√eps``) falls back to ``retract(W, -ηΦ)``, the same definition by SVD.
+
+        Args:
+            W: point ``(..., m, n)`` (wide: orthonormal rows). Phi: same matrix shape, batch broadcastable to
+                ``W``'s. eta: step length >= 0.
+
+        Returns:
+            The new point: the type, shape and dtype of ``W``.
+
+        Raises:
+            TypeError: non-float matrices, ``eta`` not a real number.
+            ValueError: bad shapes, non-finite entries, ``W`` not a point (``‖WᵀW - I‖_max > √eps`` of its
+                dtype), a bad ``eta``, or a ``W - ηΦ`` without a unique nearest point.
+
+        References:
+            su2025stiefel, absil2008optimization, higham2008functions.
+        """
+        return super().retract_along(W, Phi, eta)
+
+    # -- the optimizer protocol (svmuon.orthogonal.base), canonical (tall) batches -------------------------------
+    def init_state(self, W: torch.Tensor) -> dict[str, torch.Tensor]:
+        if not self.state_keys:
+            return {}
+        n = W.shape[-1]
+        return {"Y": torch.zeros(W.shape[0], n, n, dtype=W.dtype, device=W.device),
+                "warm": torch.zeros(W.shape[0], dtype=W.dtype, device=W.device)}
+
+    def tangent(self, W: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
+        return Z - W @ _sym(W.mT @ Z)
+
+    def direction(self, W: torch.Tensor, U: torch.Tensor, orthogonalize: Any, state: dict) -> Direction:
+        """The steepest direction for the batch ``(k, m, n)``; ``step`` is ``Φ``. The iterative solvers warm-start
+        from ``state["Y"]`` (the reduced multiplier of the previous step's update per unit ``‖P_W(U)‖_F``, where
+        ``state["warm"]`` is 1: it depends on the tangent part of ``U`` only, and is positively homogeneous in it;
+        the normal part of ``U``, the current gradient's alone, does not scale it). A non-finite ``U`` is
+        solved as 0 and gives a NaN direction, which the optimizer's finiteness check reports; a factorisation
+        that does not converge (LAPACK) gives one too. Nothing raises."""
+        U = U.to(W.dtype)
+        finite = torch.isfinite(U).flatten(1).all(dim=1)
+        U = torch.where(finite[:, None, None], U, torch.zeros_like(U))
+        warm = self._warm(state)
+        try:
+            sol = solve(W, U, self.options, Y0=None if warm is None else warm[0], warm=None if warm is None else warm[1],
+                        orthogonalize=orthogonalize, exact_residual=False, unit_start=True)
+        except torch.linalg.LinAlgError:
+            nan = torch.full((W.shape[0],), float("nan"), dtype=W.dtype, device=W.device)
+            return Direction(torch.full_like(W, float("nan")), nan, {k: v for k, v in state.items()}, {})
+        Phi = torch.where(finite[:, None, None], sol.Phi.to(W.dtype), torch.full_like(W, float("nan")))
+        tangent_norm = torch.where(finite, sol.tangent_norm.to(W.dtype), torch.full_like(finite, float("nan"),
+                                                                                          dtype=W.dtype))
+        info = {"iterations": torch.full((W.shape[0],), float(sol.iterations), dtype=W.dtype, device=W.device)}
+        if sol.gap is not None:
+            info["gap"] = sol.gap.to(W.dtype)
+        if self.options.solver != "completion":
+            info["residual"] = sol.residual.to(W.dtype)
+        new_state = {}
+        if self.state_keys:
+            unit = torch.where(sol.tangent_norm > 0, sol.tangent_norm, torch.ones_like(sol.tangent_norm))
+            new_state = {"Y": (sol.Y / unit[:, None, None]).to(W.dtype),
+                         "warm": torch.ones(W.shape[0], dtype=W.dtype, device=W.device)}
+        return Direction(Phi, tangent_norm, new_state, info)
+
+    def _warm(self, state: dict) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The warm start ``(Y per unit tangent norm, warm)``: none that is not finite or absurdly large (no
+        multiplier of a unit-norm problem is above 1e100)."""
+        if not state or "Y" not in state:
+            return None
+        Y = state["Y"].to(WORK_DTYPE)
+        ok = torch.isfinite(Y).flatten(1).all(dim=1) & (Y.abs().amax(dim=(-2, -1)) <= 1e100)
+        return torch.where(ok[:, None, None], Y, torch.zeros_like(Y)), ok & (state["warm"] > 0)
+
+    def retract_direction(self, W: torch.Tensor, step: torch.Tensor, eta: torch.Tensor,
+                          eta_max: float | None = None) -> torch.Tensor:
+        """Polar retraction of ``-ηΦ`` (``step = Φ``): ``Vs Z``, ``Vs = W - ηΦ``, ``Z = (VsᵀVs)^{-1/2}`` from the Gram
+        matrix of the actual ``Vs`` (so a tangent residual or a drifted ``W`` costs no accuracy): by the binomial
+        series in ``E = VsᵀVs - I`` (:func:`_series_degree`: degree 3 in float32 and 6 in float64 at ``η = 0.05``)
+        for ``η² < 0.5``, else by an eigendecomposition in float64. Two m × n × n products and a few n × n ones."""
+        Vs = W - eta * step
+        H = Vs.mT @ Vs
+        degree = None if eta_max is None else _series_degree(float(eta_max), torch.finfo(W.dtype).eps)
+        if degree is None:
+            lam, V = torch.linalg.eigh(_sym(H.to(WORK_DTYPE)))
+            Z = (V * torch.rsqrt(lam.clamp_min(torch.finfo(WORK_DTYPE).tiny))[..., None, :]) @ V.mT
+            return Vs @ Z.to(W.dtype)
+        E = H - eye_like(H)
+        return Vs @ _sym(_inverse_sqrt_series(E, degree))
+
+    def stabilize(self, W: torch.Tensor, correct: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The defect ``max|WᵀW - I|`` of the retracted point (one Gram matrix); no correction: the polar retraction
+        is computed from the Gram matrix of the actual ``W - ηΦ``, so it returns a point orthonormal to rounding
+        whatever drift ``W`` had, and drift cannot accumulate (``polar_every`` has nothing to add here)."""
+        R = torch.baddbmm(eye_like(W).expand(W.shape[0], -1, -1), W.mT, W, alpha=-1.0)  # I - WᵀW
+        return W, R.abs().amax(dim=(-2, -1))
+
+
+def _eps_damping(tangent_norm: torch.Tensor, norm: torch.Tensor, eps: float) -> torch.Tensor:
+    """``min(1, ‖P_W(G)‖_F / (eps ‖G‖_F))`` per matrix (1 where ``eps = 0`` or ``G = 0``)."""
+    floor = norm * eps
+    return torch.where(tangent_norm >= floor, torch.ones_like(tangent_norm), tangent_norm / floor)
+

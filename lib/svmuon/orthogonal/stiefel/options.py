@@ -1,0 +1,131 @@
+"""Every option of the Stiefel direction, with its default, held once: :class:`StiefelOptions`.
+
+:class:`~svmuon.orthogonal.stiefel.Stiefel` keeps one (frozen) instance, :func:`~svmuon.orthogonal.stiefel.stiefel_direction`
+builds one from its keyword arguments; the solvers read it. The msign route is not here: it belongs to whoever
+calls (the optimizer's ``msign_method``/``ns_*`` options, or the ``orthogonalize`` argument of the public
+functions), so it is owned once.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["SOLVERS", "StiefelOptions", "default_tol"]
+
+#: the steepest-direction solvers (``solver=``); see the package docstring
+SOLVERS = ("completion", "newton", "fixed_point", "fixed_point_reduced", "dual_ascent")
+DEFAULT_MAX_ITER = {"completion": 0, "newton": 50, "fixed_point": 100, "fixed_point_reduced": 200, "dual_ascent": 100}
+
+
+def _positive(value: Any, name: str, *, allow_zero: bool = False, upper: float = math.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    try:
+        v = float(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be a finite number, got an integer beyond the float64 range") from None
+    low_ok = v >= 0 if allow_zero else v > 0
+    if not (math.isfinite(v) and low_ok and v < upper):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number {bound}" + (f" and < {upper}" if upper < math.inf else "")
+                         + f", got {value!r}")
+    return v
+
+
+def _integer(value: Any, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    if int(value) < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class StiefelOptions:
+    """The options of the Stiefel direction solvers (validated at construction; frozen).
+
+    Attributes:
+        solver: ``"completion"`` (default: two closed-form stages, feasible, within ~1 % of the optimum on real
+            gradients; no iterations, no host synchronisation), ``"newton"`` (exact: the book's Newton method on the
+            reduced dual, to tangent tolerance ``tol``), ``"fixed_point"`` (su2025stiefel), ``"fixed_point_reduced"``
+            or ``"dual_ascent"`` (bernstein2025stiefel).
+        tol: tangent-residual tolerance ``‖WᵀΦ + ΦᵀW‖_F`` of the iterative solvers; ``None``: :func:`default_tol`
+            of the dtype (1e-6, or for float32 ``8 eps √n``).
+        max_iter: the iterative solvers' cap (``None``: 50 for Newton, 100 / 200 / 100 for the published ones).
+        smoothing: ``ε/σ̄`` of the smoothed dual (Newton, fixed_point_reduced); ``σ̄ = ‖P_W(G)‖_F/√n``.
+        max_cg: Hessian-vector products per Newton iteration at most.
+        rank_rtol: Newton: singular values of ``G`` below ``rank_rtol · σ_max`` count as zero, and a rank-deficient
+            ``G`` is solved on its row space (prop-stiefel-rank); in [0, 1).
+        alpha: the dual-ascent step, in units of ``σ̄``, as published.
+        transpose_wide: accept wide matrices (orthonormal rows) as their transposes.
+
+    Raises:
+        ValueError: unknown ``solver``; ``tol``, ``smoothing``, ``alpha`` not finite and > 0; ``rank_rtol`` outside
+            [0, 1); ``max_iter`` < 0, ``max_cg`` < 1. TypeError: options of the wrong type.
+    """
+
+    solver: str = "completion"
+    tol: float | None = None
+    max_iter: int | None = None
+    smoothing: float = 1e-6
+    max_cg: int = 100
+    rank_rtol: float = 1e-6
+    alpha: float = 0.01
+    transpose_wide: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.solver, str) or self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
+        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731  (frozen)
+        if self.tol is not None:
+            set_("tol", _positive(self.tol, "tol"))
+        if self.max_iter is not None:
+            set_("max_iter", _integer(self.max_iter, "max_iter", 0))
+        set_("smoothing", _positive(self.smoothing, "smoothing"))
+        set_("max_cg", _integer(self.max_cg, "max_cg", 1))
+        set_("rank_rtol", _positive(self.rank_rtol, "rank_rtol", allow_zero=True, upper=1.0))
+        set_("alpha", _positive(self.alpha, "alpha"))
+        if not isinstance(self.transpose_wide, bool):
+            raise TypeError(f"transpose_wide must be a bool, got {type(self.transpose_wide).__name__}")
+
+    def iterations(self) -> int:
+        """The iteration cap of the chosen solver."""
+        return DEFAULT_MAX_ITER[self.solver] if self.max_iter is None else self.max_iter
+
+    def tolerance(self, dtype: torch.dtype, n: int) -> float:
+        """``tol``, or :func:`default_tol` for this dtype and column count."""
+        return default_tol(dtype, n) if self.tol is None else self.tol
+
+
+def default_tol(dtype: torch.dtype, n: int) -> float:
+    """The iterative solvers' default tangent tolerance ``‖WᵀΦ + ΦᵀW‖_F`` for a ``Φ`` of ``dtype`` with n columns.
+
+    1e-6 in float64; in float32 ``max(1e-6, 8 eps √n)`` (eps = 2^-23; 1.5e-5 at n = 256), about twice the tangent
+    residual that assembling ``Φ`` in float32 leaves by itself (measured ``3-4 eps √n``,
+    ``tests/test_stiefel.py::test_float32_floor_of_the_assembled_direction``), so that a solver does not spend an
+    iteration on accuracy the output cannot carry.
+
+    Args:
+        dtype: ``torch.float32`` or ``torch.float64``, the dtype of ``Φ`` (the parameter's).
+        n: number of columns of the tall orientation (``min(m, n)`` of the matrix), an int >= 1.
+
+    Returns:
+        The tolerance, a float.
+
+    Raises:
+        TypeError: another dtype, or a non-integer ``n``. ValueError: ``n < 1``.
+
+    References:
+        The chapter "The Stiefel case", section "The solvers side by side".
+    """
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
+    n = _integer(n, "n", 1)
+    if dtype == torch.float64:
+        return 1e-6
+    return max(1e-6, 8 * torch.finfo(torch.float32).eps * math.sqrt(n))
