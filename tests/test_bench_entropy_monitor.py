@@ -21,7 +21,7 @@ def test_bench_entropy_monitor_smoke(tmp_path):
     assert {"date", "processor"} <= set(data["hardware"])
 
 
-def test_bad_options_are_refused(capsys):
+def test_every_beyond_the_steps_is_refused(capsys, tmp_path):
     with pytest.raises(SystemExit):
-        entropy_monitor.main(["--every", "10", "--steps", "5"])
+        entropy_monitor.main(["--every", "10", "--steps", "5", "--output", str(tmp_path / "e.json")])
     assert "--every" in capsys.readouterr().err

@@ -24,8 +24,9 @@ import time
 
 import torch
 
-from svmuon._cli import describe
-from svmuon.bench._common import default_output, synchronize, write_result
+from svmuon._cli import describe, nonnegative_int, output_file, positive_int
+from svmuon._cli import device as device_arg
+from svmuon.bench._common import output_path, parse_with_smoke, synchronize, write_result
 from svmuon.bench.muon_step import count_syncs
 
 
@@ -70,27 +71,30 @@ def measure(size_name: str, steps: int, every: int, device: str) -> dict:
             "host_reads_off_grid": off_grid, "host_reads_per_record": on_grid}
 
 
+SMOKE = {"steps": 6, "every": 3}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m svmuon.bench entropy-monitor", description=describe(__doc__))
-    ap.add_argument("--steps", type=int, default=300, help="training steps (default 300)")
-    ap.add_argument("--every", type=int, default=50, help="record every this many steps (default 50)")
-    ap.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
-    ap.add_argument("--smoke", action="store_true", help="tiny model, few steps: the code path only")
-    ap.add_argument("--output", default=None, help="results file (default: benchmarks/results/)")
-    args = ap.parse_args(argv)
-    if args.steps < 1 or args.every < 1 or args.every > args.steps:
-        ap.error(f"need 1 <= --every <= --steps, got --every {args.every}, --steps {args.steps}")
-    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
-        ap.error("--device cuda: CUDA is not available here")
+    ap.add_argument("--steps", type=positive_int, default=300, help="training steps (default 300)")
+    ap.add_argument("--every", type=positive_int, default=50, help="record every this many steps (default 50)")
+    ap.add_argument("--device", type=device_arg, default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--threads", type=nonnegative_int, default=1, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--smoke", action="store_true", help=f"the experiment's tiny model, {SMOKE}: the code path only")
+    ap.add_argument("--output", type=output_file, default=None,
+                    help="results file (default: benchmarks/results/; smoke runs: the temporary folder)")
+    args = parse_with_smoke(ap, argv, SMOKE)
+    if args.every > args.steps:
+        ap.error(f"argument --every: must be at most --steps ({args.steps}) for one record, got {args.every}")
+    path = output_path(ap, args.output, "entropy-monitor", args.device, smoke=args.smoke)
     if args.threads:
         torch.set_num_threads(args.threads)
     r = measure("smoke" if args.smoke else "cpu", args.steps, args.every, args.device)
     print(f"{r['matrices']} matrices, every {r['every']} steps: step {r['step_median_s'] * 1e3:.1f} ms, record "
           f"{r['record_median_s'] * 1e3:.1f} ms, overhead {100 * r['overhead']:.2f} % (goal <= 5 %); host reads: "
           f"{r['host_reads_off_grid']} off the grid, {r['host_reads_per_record']} per record")
-    path = write_result(args.output or default_output("entropy-monitor", args.device), "entropy-monitor", r,
-                        goals={"overhead": "<= 0.05 at every = 50 (issue 21)", "host_reads_off_grid": "0"},
-                        note="smoke run: code path only" if args.smoke else "")
+    write_result(path, "entropy-monitor", r,
+                 goals={"overhead": "<= 0.05 at every = 50 (issue 21)", "host_reads_off_grid": "0"},
+                 note="smoke run: code path only" if args.smoke else "")
     print("wrote", path)
     return 0
