@@ -108,7 +108,7 @@ class GPT(torch.nn.Module):
     Args:
         cfg: the sizes. seed: seeds ``torch.manual_seed`` before the parameters are drawn.
         make_linear: factory of the hidden matrices, ``(n_in, n_out, kind, std) -> Module`` (default
-            :func:`plain_linear`).
+            ``plain_linear``).
 
     ``forward(idx)`` maps token ids ``(B, T)``, ``T <= cfg.context``, to logits ``(B, T, vocab)``.
     """
@@ -140,7 +140,7 @@ class GPT(torch.nn.Module):
 
     def matrices(self) -> dict[str, Any]:
         """Name -> the hidden weight matrix (a ``Linear``'s weight tensor) or a callable returning it
-        (a fixed-entropy layer's ``weight``), the form :class:`svmuon.spectral.EntropyMonitor` accepts."""
+        (a fixed-entropy layer's ``weight``), the form :class:`svmuon.spectral.monitor.EntropyMonitor` accepts."""
         return {name: m.weight for name, m in self.hidden().items()}
 
 
