@@ -45,6 +45,7 @@ def test_smoke_numbers_are_consistent(smoke_result):
         assert r["tflops"] == pytest.approx(30 * r["n"] ** 3 / r["time_s"] / 1e12, rel=1e-12)
         assert r["fraction_of_matmul"] == pytest.approx(r["tflops"] / m["tflops"], rel=1e-12)
     row = res["step"][0]
+    # default rel 1e-6: one division of two recorded floats (1e-16 relative)
     assert row["orthogonal_muon_over_torch"] == pytest.approx(row["orthogonal_muon_s"] / row["torch_muon_s"])
     drift = res["drift"]
     assert [k for k, _ in drift["error_by_step"]][-1] == drift["steps"]

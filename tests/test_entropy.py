@@ -14,6 +14,7 @@ import pytest
 import scipy.stats
 import torch
 from conftest import TOL
+from helpers import orthonormal, with_spectrum
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,20 +27,6 @@ from svmuon.spectral.entropy import (
 )
 
 mpmath.mp.dps = 50
-
-
-def orthogonal(n: int, gen: torch.Generator) -> torch.Tensor:
-    q, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
-    return q
-
-
-def with_spectrum(s, m: int, n: int, gen: torch.Generator, dtype=torch.float64) -> torch.Tensor:
-    """U diag(s) Vᵀ with random orthogonal U, V: singular values exactly s (to float64 rounding)."""
-    s = torch.as_tensor(s, dtype=torch.float64)
-    k = min(m, n)
-    D = torch.zeros(m, n, dtype=torch.float64)
-    D[range(k), range(k)] = s
-    return (orthogonal(m, gen) @ D @ orthogonal(n, gen).T).to(dtype)
 
 
 def mp_renyi(p, q) -> float:
@@ -89,6 +76,7 @@ def test_renyi_matches_mpmath(q):
 
 def test_renyi_special_orders():
     p = torch.tensor([0.5, 0.25, 0.25, 0.0, 0.0], dtype=torch.float64)
+    # q = 0 and q = ∞: one log of an exact value (support size, max p): ~1 ulp; 1e-15 is 4.5 ulp
     assert float(renyi_entropy(p, 0)) == pytest.approx(math.log(3), rel=1e-15)
     assert float(renyi_entropy(p, math.inf)) == pytest.approx(math.log(2), rel=1e-15)
     assert float(renyi_entropy(p, 2)) == pytest.approx(-math.log(0.375), rel=1e-15)  # Σp² = 3/8
@@ -180,7 +168,9 @@ def test_equality_cases(q, k):
     uniform = torch.full((k,), 1.0 / k, dtype=torch.float64)
     one_hot = torch.zeros(k, dtype=torch.float64)
     one_hot[-1] = 1.0
+    # k <= 7 roundings of 1/k in a sum, then a log: a few ulps of log 7 = 1.9
     assert float(renyi_entropy(uniform, q)) == pytest.approx(math.log(k), abs=1e-14)
+    # log 1 = 0 exactly: only 0 · log 0 terms, which are 0
     assert float(renyi_entropy(one_hot, q)) == pytest.approx(0.0, abs=1e-15)
 
 
@@ -195,7 +185,7 @@ def test_singular_value_entropy_invariances(s, q, power, c, seed):
     h = singular_value_entropy(W, q, power)
     p = np.array(s) ** power
     assert float(h) == pytest.approx(mp_renyi(p, q), rel=1e-10, abs=1e-12)  # hand-computed spectrum
-    for V in (orthogonal(4, gen) @ W @ orthogonal(3, gen), c * W, W.T):
+    for V in (orthonormal(4, 4, gen) @ W @ orthonormal(3, 3, gen), c * W, W.T):
         # orthogonal transforms, positive scaling and transposition keep the spectrum up to rounding.
         torch.testing.assert_close(singular_value_entropy(V, q, power), h, rtol=1e-10, atol=1e-12)
 
@@ -387,6 +377,8 @@ def test_gradient_matches_finite_differences(q, power, gen):
     assert torch.autograd.gradcheck(lambda X: singular_value_entropy(X, q, power), (W,))
     assert torch.autograd.gradcheck(lambda X: effective_rank(X, q, power, rtol=0.0), (W,))
     got = torch.autograd.grad(singular_value_entropy(W, q, power), W)[0]
+    # two float64 SVDs of W: rounding amplified by 1/gap (gaps >= 0.5 here): ~1e-14; 1e-10 catches a wrong term
+    # float64, same SVD: rounding amplified by 1/gap (gaps >= 0.5 here): ~1e-14; 1e-10 catches a wrong term (O(1))
     assert relative_error(got, analytic_gradient(W.detach(), q, power, 0.0)) < 1e-10 or q == 0.0
     if q == 0.0:
         assert float(got.abs().max()) == 0.0  # the numerical rank is piecewise constant
@@ -451,6 +443,7 @@ def test_rank_deficient_gradient_is_finite_and_along_the_support(q, power, gen):
     got = torch.autograd.grad(singular_value_entropy(W, q, power), W)[0]
     rtol = 6 * torch.finfo(torch.float64).eps
     expected = analytic_gradient(W.detach(), q, power, 0.0 if (q == 2.0 and power == 2) else rtol)
+    # float64 autograd vs the closed form on the same SVD, singular gaps >= 0.5: ~1e-14 (see above)
     assert relative_error(got, expected) < 1e-10
 
 
@@ -466,7 +459,7 @@ def test_participation_ratio_is_smooth_on_rank_deficient_matrices(gen):
     G = W.detach().T @ W.detach()
     expected = 4 * W.detach() / torch.trace(G) - 4 * W.detach() @ G / torch.trace(G @ G)
     got = torch.autograd.grad(singular_value_entropy(W, 2, 2), W)[0]
-    assert relative_error(got, expected) < 1e-12
+    assert relative_error(got, expected) < 1e-12  # closed form in WᵀW (no SVD): a few float64 roundings of O(1) terms
     # the value equals the SVD route (Σσ²)² / Σσ⁴ to rounding, for tall, wide and batched input
     for X in (W.detach(), W.detach().T, torch.stack([W.detach(), torch.randn(6, 5, generator=gen, dtype=torch.float64)])):
         s = torch.linalg.svdvals(X)
@@ -547,6 +540,7 @@ def test_ranks_and_entropies_for_entries_near_the_largest_float(dtype, gen):
 
     big = torch.finfo(dtype).max
     ones = torch.full((3, 3), big / 1.2, dtype=dtype)
+    # exact answer 1; float32 rounding of a 3x3 SVD, 8 ulps = 1e-6
     assert float(stable_rank(ones)) == pytest.approx(1.0, rel=1e-6)
     assert torch.equal(spectral_distribution(ones), torch.tensor([1.0, 0.0, 0.0], dtype=dtype))
     assert float(singular_value_entropy(ones)) == 0.0

@@ -116,6 +116,7 @@ def test_degenerate_cases(gen):
     one = entropy_statistics(1, 1.0, 100, generator=gen)
     assert one.mean == 0.0 and one.variance == 0.0
     zero = entropy_statistics(5, 0.0, 100, generator=gen)
+    # q = 0 is log of the support size: one log, ~1 ulp
     assert zero.mean == pytest.approx(math.log(5), rel=1e-15) and zero.variance == 0.0
     # regression: a point mass used to report skewness = nan; documented convention is 0.0 (no NaN anywhere)
     for st in (one, zero):
@@ -135,6 +136,7 @@ def test_huge_q_is_the_min_entropy_without_warnings():
         h_t = entropies_from_exponentials(torch.from_numpy(x), 1e300)
     assert a.q == 1e300 and a.mean == b.mean and a.variance == b.variance
     np.testing.assert_array_equal(h_np, entropies_from_exponentials(x, math.inf))
+    # q = 1e300 takes the q = ∞ branch: the same arithmetic, bitwise
     torch.testing.assert_close(h_t, entropies_from_exponentials(torch.from_numpy(x), math.inf), rtol=0, atol=0)
 
 

@@ -16,19 +16,13 @@ import numpy as np
 import pytest
 import scipy.linalg
 import torch
+from helpers import with_spectrum
 
 from svmuon import Orthogonal, Stiefel, msign
 
 F64 = torch.float64
 H = 1e-6
 FD_RTOL = 1e-7  # see the module docstring
-
-
-def _with_spectrum(s, m, n, gen):
-    """``U diag(s) Vᵀ`` of shape (m, n) with Haar-like orthonormal U (m × k), V (n × k), k = len(s)."""
-    U, _ = torch.linalg.qr(torch.randn(m, len(s), generator=gen, dtype=F64))
-    V, _ = torch.linalg.qr(torch.randn(n, len(s), generator=gen, dtype=F64))
-    return (U * torch.as_tensor(s, dtype=F64)) @ V.T
 
 
 def _grad(fn, X, C):
@@ -54,14 +48,14 @@ def _polar_any(X):
 def _cases(gen):
     Q4 = Orthogonal().random(4, 4, generator=gen, dtype=F64)
     return {
-        "random square": _with_spectrum([2.0, 1.3, 0.7, 0.3], 4, 4, gen),
+        "random square": with_spectrum([2.0, 1.3, 0.7, 0.3], 4, 4, gen),
         "orthogonal": Q4,  # all singular values equal: torch's SVD backward is NaN here
         "3 x orthogonal": 3 * Q4,
-        "repeated pairs": _with_spectrum([2.0, 2.0, 0.5, 0.5], 4, 4, gen),
-        "tall": _with_spectrum([1.5, 1.0, 0.4], 7, 3, gen),
-        "tall isometry": _with_spectrum([1.0, 1.0, 1.0], 6, 3, gen),
-        "wide": _with_spectrum([1.2, 0.8, 0.3], 3, 6, gen),
-        "wide, repeated": _with_spectrum([0.5, 0.5, 0.5], 3, 5, gen),
+        "repeated pairs": with_spectrum([2.0, 2.0, 0.5, 0.5], 4, 4, gen),
+        "tall": with_spectrum([1.5, 1.0, 0.4], 7, 3, gen),
+        "tall isometry": with_spectrum([1.0, 1.0, 1.0], 6, 3, gen),
+        "wide": with_spectrum([1.2, 0.8, 0.3], 3, 6, gen),
+        "wide, repeated": with_spectrum([0.5, 0.5, 0.5], 3, 5, gen),
     }
 
 
@@ -80,11 +74,16 @@ def test_msign_gradient_matches_finite_differences(case, gen):
 
 def test_torch_svd_backward_is_nan_at_orthogonal_matrices_and_ours_is_not(gen):
     """The reason for the custom backward: differentiating U Vᵀ through torch.linalg.svd divides by 0."""
-    Q = Orthogonal().random(4, 4, generator=gen, dtype=F64)
-    Xr = Q.clone().requires_grad_()
+    # A signed permutation: exactly orthogonal, so its computed singular values are exactly equal and torch's
+    # backward divides by σ_i² - σ_j² = 0. (A QR-made Q is orthogonal only to rounding: its σ differ by an ulp
+    # or not, depending on the draw and the CPU, and torch's gradient is then NaN or finite.)
+    P = torch.tensor([[0, 1, 0, 0], [0, 0, 0, -1], [1, 0, 0, 0], [0, 0, -1, 0]], dtype=F64)
+    Xr = P.clone().requires_grad_()
     U, _, Vh = torch.linalg.svd(Xr)
     (U @ Vh).pow(3).sum().backward()
     assert torch.isnan(Xr.grad).any()  # torch 2.x: all 16 entries
+    Q = Orthogonal().random(4, 4, generator=gen, dtype=F64)
+    assert torch.isfinite(_grad(msign, P, torch.ones_like(P))).all()
     assert torch.isfinite(_grad(msign, Q, torch.ones_like(Q))).all()
 
 
@@ -141,7 +140,7 @@ def _msign_rank(X, r):
 @pytest.mark.parametrize("m,n,r", [(6, 4, 2), (4, 6, 3), (5, 5, 3), (5, 5, 4)])
 def test_rank_deficient_gradient_is_the_fixed_rank_derivative(m, n, r, gen):
     rng = np.random.default_rng(r + 10 * m + 100 * n)
-    X = _truncate(_with_spectrum([2.0, 1.5, 1.0, 0.6][:r] + [0.3] * (min(m, n) - r), m, n, gen).numpy(), r)
+    X = _truncate(with_spectrum([2.0, 1.5, 1.0, 0.6][:r] + [0.3] * (min(m, n) - r), m, n, gen).numpy(), r)
     C = rng.standard_normal((m, n))
     g = _grad(msign, torch.from_numpy(X), torch.from_numpy(C)).numpy()
     assert np.isfinite(g).all()
@@ -160,7 +159,7 @@ def test_rank_deficient_gradient_is_the_derivative_of_the_computed_map(m, n, r, 
     rest (they are O(h)), so msign(·, rcond=1e-3) is the top-r truncated polar factor along every direction E,
     rank-changing ones included; its central differences (NumPy SVD) must match the backward."""
     rng = np.random.default_rng(7 * m + n)
-    X = _truncate(_with_spectrum([2.0, 1.5, 1.0, 0.6][:r] + [0.3] * (min(m, n) - r), m, n, gen).numpy(), r)
+    X = _truncate(with_spectrum([2.0, 1.5, 1.0, 0.6][:r] + [0.3] * (min(m, n) - r), m, n, gen).numpy(), r)
     C = rng.standard_normal((m, n))
     Xr = torch.from_numpy(X).requires_grad_()
     (msign(Xr, rcond=1e-3) * torch.from_numpy(C)).sum().backward()
@@ -284,6 +283,7 @@ def test_rcond_numpy_scalars(rcond, gen):
 def test_rcond_numpy_scalars_errors(rcond, err, gen):
     G = torch.randn(4, 3, generator=gen, dtype=F64)
     if err is None:
+        # np.int64(0) is read as 0.0: the same arithmetic, bitwise
         torch.testing.assert_close(msign(G, rcond=rcond), msign(G, rcond=0.0), rtol=0, atol=0)
     else:
         with pytest.raises(err, match="rcond"):

@@ -70,6 +70,7 @@ def _random_skew(k, rng):
 @pytest.mark.parametrize("n,r", [(4, 2), (5, 2), (6, 2), (6, 4), (3, 0)])
 def test_every_member_of_the_family_is_optimal(n, r):
     W, G, K, O, Z, nuc, rng = _problem(n, r, seed=10 * n + r)
+    # G is built as W(K + S): one n-term product and a subtraction of O(1) terms, ~n u
     assert np.abs(skew(W.T @ G) - K).max() < 1e-13
     np.testing.assert_allclose(msign(K), O, rtol=0, atol=1e-12)  # the construction's msign is the library's
     _, value = reference_direction_sdp(W, G)
@@ -120,7 +121,7 @@ def test_sdp_optimal_set_never_couples_range_and_null_space(n, r):
 def test_unique_when_rank_is_n_or_n_minus_1(n, r):
     W, G, K, O, Z, nuc, rng = _problem(n, r, seed=300 + n)
     Phi_sdp, value = reference_direction_sdp(W, G)
-    assert abs(value - nuc) < 1e-6
+    assert abs(value - nuc) < 1e-6  # the conic solver's value at its default gaps (~1e-8 relative of ‖K‖_* ~ 5)
     # the maximiser is unique, so the solver's point converges to W O (to ~√tol of the solver)
     assert np.abs(Phi_sdp - W @ O).max() < 1e-3
     np.testing.assert_allclose(M.steepest_direction(W, G), W @ O, rtol=0, atol=1e-12)

@@ -53,6 +53,19 @@ def test_fast_run_in_readme_and_slow_and_browser_runs_in_ci():
     assert "command -v chromium" in script and "apt-get install" in script
 
 
+def test_ci_builds_the_readme_pdf_command_with_the_readme_packages():
+    # the PDF is its own CI step after the HTML build (it reuses the executed notebooks), before the slow
+    # tests, which check it (test_pdf.py); the Debian packages CI installs are the ones the README lists
+    pdf = _ci_extract("pdf")
+    assert f"```bash\n{pdf}\n```" in README and "--builder pdflatex" in pdf and "_build/html/" in pdf
+    script = (ROOT / ".ci" / "run").read_text()
+    assert script.index('bash -c "$build_cmd"') < script.index('bash -c "$pdf_cmd"') < script.index("pytest -m slow")
+    assert "BOOK_PDF_REQUIRED=1" in script
+    packages = re.search(r'TEX_PACKAGES="([^"]+)"', script).group(1).split()
+    readme_install = " ".join(README.split("<!-- ci:pdf -->")[0].rsplit("apt-get install", 1)[1].split("`")[0].split())
+    assert sorted(packages) == sorted(p for p in readme_install.split() if not p.startswith("-"))
+
+
 def _code_blocks(lang: str) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", README, re.S)
 

@@ -82,6 +82,7 @@ def test_n2_against_mpmath(q):
 
 
 def test_n2_closed_forms():
+    # closed forms against the quadrature route: REL's ~1e-14 achieved, 1e-13 catches a lost term
     assert expected_entropy(2, 2.0) == pytest.approx(2 - math.pi / 2, rel=1e-13)
     assert expected_entropy(2, 0.5) == pytest.approx(math.pi / 2 - 1, rel=1e-13)
     assert expected_entropy(2, math.inf) == pytest.approx(1 - math.log(2), rel=1e-13)
@@ -191,6 +192,7 @@ def test_discretisation_converged_over_a_grid_of_orders(monkeypatch):
     monkeypatch.setattr(R, "_H_W_LOG", R._H_W_LOG / 2)
     monkeypatch.setattr(R, "_TAIL", R._TAIL + 10)
     for q in qs:
+        # halved quadrature steps and a longer tail change the result by the discretisation error, ~1e-14
         np.testing.assert_allclose(base[q], R.mean_renyi_entropy(n, q), rtol=1e-12, err_msg=f"q={q}")
 
 
@@ -223,3 +225,22 @@ def test_huge_finite_orders_match_the_min_entropy():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         np.testing.assert_allclose(expected_entropy(n, 1e308), [_mp_n2(math.inf), _mp_min_entropy(10**6)], rtol=REL)
+
+
+def test_mean_field_error_at_n_1000_exceeds_the_monte_carlo_noise():
+    # Issue 20 erratum 4, from exact quantities (no Monte Carlo): at n = 1000 and q = 1 the mean-field error
+    # E[H] - mean field = 1/(2n) + O(n^-2) is (E[H] - mf) / sqrt(Var[H] / N) standard errors of a Monte Carlo mean
+    # of N = 15000 draws (the chapter's grid), with the exact Var[H] (eq-exact-variance): 3.6, not "about the size
+    # of the noise"; the delta variance (π²/3 - 3)/n is 2.8 % above the exact one at n = 100.
+    from svmuon.spectral import delta_method_variance, entropy_variance
+
+    n, draws = 1000, 15_000
+    z = (expected_entropy(n) - mean_field_entropy(n)) / math.sqrt(entropy_variance(n) / draws)
+    # leading orders: gap 1/(2n), variance (π²/3 - 3)/n; their O(1/n) relative corrections are ~1e-3 at n = 1000
+    leading = math.sqrt(draws) / (2 * n) / math.sqrt((math.pi**2 / 3 - 3) / n)
+    assert z == pytest.approx(leading, rel=3e-3) and 3.5 < z < 3.7
+    # the delta variance against the exact one at n = 100: (π²/3 - 5/2)/((π²/3 - 3) n) to first order (the
+    # chapter's ratio expansion), 2.7 %, with an O(1/n) relative correction; the exact value is 2.8 %
+    over = delta_method_variance(100) / entropy_variance(100) - 1
+    assert over == pytest.approx((math.pi**2 / 3 - 5 / 2) / ((math.pi**2 / 3 - 3) * 100), rel=0.03)
+    assert round(100 * over, 1) == 2.8

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import orthonormal, with_spectrum
 from safetensors.torch import save_file
-from scipy.stats import ortho_group
 
 from svmuon.spectral.random_matrix import gaussian_entropy_limit
 from svmuon.spectral.report import plot_spectral_report, spectral_report
@@ -22,13 +22,6 @@ from svmuon.spectral.report import plot_spectral_report, spectral_report
 ATOL64 = 1e-10
 # float32 weights: singular values carry ~1e-7 relative error; entropies to ~1e-6 nats.
 ATOL32 = 1e-5
-
-
-def _with_spectrum(s, m, n, seed, dtype=torch.float64):
-    rng = np.random.default_rng(seed)
-    U = ortho_group.rvs(m, random_state=rng)[:, : len(s)]
-    V = ortho_group.rvs(n, random_state=rng)[:, : len(s)]
-    return torch.tensor(U @ np.diag(s) @ V.T, dtype=dtype)
 
 
 def _renyi(s, q, power):
@@ -45,9 +38,10 @@ def _module():
     net = torch.nn.Sequential(torch.nn.Linear(8, 12), torch.nn.ReLU(), torch.nn.Linear(12, 6, bias=False),
                               torch.nn.Conv2d(2, 3, kernel_size=2)).double()
     with torch.no_grad():
-        net[0].weight.copy_(_with_spectrum(S1, 12, 8, 0))  # (12, 8): k = 8
-        net[2].weight.copy_(_with_spectrum(S2, 6, 12, 1))  # (6, 12): k = 6
-        net[3].weight.copy_(_with_spectrum(np.array([3.0, 2.0, 1.0]), 3, 8, 2).reshape(3, 2, 2, 2))
+        gen = torch.Generator().manual_seed(0)
+        net[0].weight.copy_(with_spectrum(S1, 12, 8, gen))  # (12, 8): k = 8
+        net[2].weight.copy_(with_spectrum(S2, 6, 12, gen))  # (6, 12): k = 6
+        net[3].weight.copy_(with_spectrum([3.0, 2.0, 1.0], 3, 8, gen).reshape(3, 2, 2, 2))
     return net
 
 
@@ -67,6 +61,7 @@ def test_known_spectra_give_known_entropies():
                 mf = math.log(k) - (1 - np.euler_gamma) if q == 1 else math.log(k / 2)  # eq-mean-field, q = 2
                 assert getattr(row, f"gap_mf_{tag}") == pytest.approx(H - mf, abs=ATOL64)
                 lam = row.k / max(row.m, row.n)
+                # default rel 1e-6: the report calls the same limit; the sum is rounded once
                 assert getattr(row, f"gauss_{tag}") == pytest.approx(math.log(k) + gaussian_entropy_limit(lam, q=q, power=power))
         assert row.stable_rank == pytest.approx((s**2).sum() / s.max() ** 2, rel=ATOL64)
 
@@ -81,7 +76,7 @@ def test_conv_flattened_and_vectors_skipped():
 
 
 def test_orthogonal_is_maximal_and_invariances():
-    Q = torch.tensor(ortho_group.rvs(16, random_state=3))
+    Q = orthonormal(16, 16, torch.Generator().manual_seed(3))
     df = spectral_report({"Q": Q, "Qs": 7.5 * Q.T, "Q32": Q.float()})
     assert np.allclose(df["gap_logk_q1_p1"].iloc[:2], 0, atol=ATOL64)
     assert np.allclose(df["gap_logk_q2_p2"].iloc[:2], 0, atol=ATOL64)
@@ -101,7 +96,7 @@ def test_state_dict_safetensors_and_torch_file_agree(tmp_path):
 
 
 def test_options_and_integer_buffers():
-    W = _with_spectrum(S1, 12, 8, 0)
+    W = with_spectrum(S1, 12, 8, torch.Generator().manual_seed(0))
     df = spectral_report({"W": W, "ids": torch.arange(6).reshape(2, 3), "row": torch.ones(1, 5)}, q=0.5, power=2)
     assert [c for c in df.columns if c.startswith("H_")] == ["H_q0.5_p2"]
     assert df["H_q0.5_p2"].iloc[0] == pytest.approx(_renyi(S1, 0.5, 2), abs=ATOL64)
@@ -218,7 +213,7 @@ def test_a_meta_device_model_is_named():
 def test_safetensors_files_by_any_case_and_a_garbage_one_is_named(tmp_path, suffix):
     """A garbage .safetensors raised SafetensorError without the file name; .SAFETENSORS went to torch.load."""
     good = tmp_path / f"w{suffix}"
-    save_file({"w": _with_spectrum(S1, 12, 8, 0).float()}, str(good))
+    save_file({"w": with_spectrum(S1, 12, 8, torch.Generator().manual_seed(0)).float()}, str(good))
     assert spectral_report(good)["H_q1_p1"].iloc[0] == pytest.approx(_renyi(S1, 1, 1), abs=ATOL32)
     bad = tmp_path / f"bad{suffix}"
     bad.write_bytes(b"not a safetensors file")

@@ -10,24 +10,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import TOL
+from helpers import with_spectrum
 
 from svmuon.spectral.spectrum import singular_values, spectral_distribution
-
-
-def orthogonal(n: int, gen: torch.Generator) -> torch.Tensor:
-    """A random n x n orthogonal matrix (float64): Q of the QR of a Gaussian matrix."""
-    q, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
-    return q
-
-
-def with_spectrum(s, m: int, n: int, gen: torch.Generator, dtype=torch.float64) -> torch.Tensor:
-    """An m x n matrix U diag(s) Vᵀ whose singular values are exactly |s| (up to float64 rounding)."""
-    s = torch.as_tensor(s, dtype=torch.float64)
-    k = min(m, n)
-    assert s.numel() == k
-    D = torch.zeros(m, n, dtype=torch.float64)
-    D[range(k), range(k)] = s
-    return (orthogonal(m, gen) @ D @ orthogonal(n, gen).T).to(dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -59,6 +44,7 @@ def test_numpy_in_numpy_out(gen):
     s = singular_values(W)
     p = spectral_distribution(W, power=2)
     assert isinstance(s, np.ndarray) and s.dtype == np.float64
+    # with_spectrum rounds U diag(s) Vᵀ once: Weyl gives |Δσ| <= n u ‖s‖ ~ 1e-15
     np.testing.assert_allclose(s, [2.0, 1.0, 0.25], rtol=1e-12)
     # p = s^2 / Σ s^2 = (4, 1, 1/16) / (81/16): exact rationals.
     np.testing.assert_allclose(p, np.array([64, 16, 1]) / 81, rtol=1e-12)

@@ -15,7 +15,7 @@ import scipy.linalg
 import torch
 
 from svmuon import ManifoldMuon, Orthogonal, Stiefel
-from svmuon.optim import NonFiniteUpdateError, OffManifoldError
+from svmuon.optim import NonFiniteUpdateError
 from svmuon.orthogonal.stiefel import tangent_residual
 
 M = Stiefel()
@@ -38,8 +38,10 @@ def _polar(A):
 def test_project_is_the_polar_factor_and_a_point(shape, gen):
     B = torch.randn(*shape, generator=gen, dtype=torch.float64)
     W = M.project(B)
+    # polar factors by two SVD routes: n u ‖B‖/σ_min(B) ~ 1e-14 (measured <= 4.2e-15 over 600 draws)
     np.testing.assert_allclose(W.numpy(), _polar(B.numpy()), rtol=0, atol=1e-12)
     assert M.check_point(W, atol=1e-13)
+    # LAPACK's U, V orthonormal to ~(m + n) u = 1.4e-15 each; measured <= 3.1e-15 over 600 draws
     assert float(M.defect(W)) <= 1e-14
 
 
@@ -57,10 +59,18 @@ def test_tangent_projection(gen):
     W = _point(gen, 10, 4)
     Z = torch.randn(10, 4, generator=gen, dtype=torch.float64)
     P = M.project_tangent(W, Z)
-    assert float(tangent_residual(W, P)) <= 1e-14
-    torch.testing.assert_close(M.project_tangent(W, P), P, rtol=0, atol=1e-14)  # idempotent
+    # rounding: P = Z - W[WᵀZ]_sym and then WᵀP take three m-term products (γ_m = m u per entry, u = 1.1e-16)
+    # and an n-term one, and W's own defect enters as (I - WᵀW)[WᵀZ]_sym: ‖WᵀP + PᵀW‖_F <= 2((3m + n) u + defect)
+    # ‖Z‖_F = 6.5e-14 here (measured up to 1.0e-14 over 200 draws; it was 1e-14, tuned to one draw)
+    m, n = W.shape
+    bound = 2 * ((3 * m + n) * torch.finfo(torch.float64).eps / 2 + float(M.defect(W))) * float(Z.norm())
+    assert float(tangent_residual(W, P)) <= bound
+    torch.testing.assert_close(M.project_tangent(W, P), P, rtol=0, atol=bound)  # idempotent (measured <= 2.4e-15)
     D = M.project_tangent(W, torch.randn(10, 4, generator=gen, dtype=torch.float64))
-    assert abs(float(((Z - P) * D).sum())) <= 1e-13  # Z - P is normal: orthogonal to every tangent vector
+    # Z - P is normal: orthogonal to every tangent vector. The mn-term sum adds mn u ‖Z - P‖_F ‖D‖_F to the errors of
+    # P and D (the bound above each, times the other's norm): 8e-13 here, measured <= 7e-15 over 200 draws
+    normal = (m * n * torch.finfo(torch.float64).eps / 2 + 2 * bound / float(Z.norm())) * float(Z.norm() * D.norm())
+    assert abs(float(((Z - P) * D).sum())) <= normal
 
 
 @pytest.mark.parametrize("shape", [(9, 4), (4, 9), (3, 7, 2)])
@@ -70,6 +80,7 @@ def test_steepest_direction_is_tangent_unit_and_beats_the_tangent_projection(sha
     Phi = M.steepest_direction(W, G, tol=1e-10)
     assert Phi.shape == G.shape
     Wt, Pt = (W, Phi) if shape[-2] >= shape[-1] else (W.mT, Phi.mT)
+    # the solver's stopping rule tol = 1e-10, plus the float64 assembly of Φ
     assert float(tangent_residual(Wt, Pt).max()) <= 1e-9
     assert float(torch.linalg.matrix_norm(Phi, 2).max()) <= 1 + 1e-9
     # any other unit tangent direction does no better, e.g. the normalised projection and the square trick
@@ -81,6 +92,7 @@ def test_steepest_direction_is_tangent_unit_and_beats_the_tangent_projection(sha
 def test_square_stiefel_is_the_orthogonal_group(gen):
     W = _point(gen, 5, 5)
     G = torch.randn(5, 5, generator=gen, dtype=torch.float64)
+    # m = n: both are the closed form W msign([WᵀG]_skew), from two SVDs: ~n u / σ_min(K) ~ 1e-15 apart
     torch.testing.assert_close(M.steepest_direction(W, G), Orthogonal().steepest_direction(W, G), rtol=0, atol=1e-12)
 
 
@@ -90,12 +102,14 @@ def test_retractions_are_the_polar_retraction(gen):
     Phi = M.steepest_direction(W, G, tol=1e-12)
     for eta in (0.0, 0.1, 1.0, 5.0):
         expected = torch.from_numpy(_polar((W - eta * Phi).numpy()))
+        # two routes to the polar factor of W - ηΦ (σ in [1, √(1+η²)], η <= 5): n u κ ~ 1e-14 apart
         torch.testing.assert_close(M.retract(W, -eta * Phi), expected, rtol=0, atol=1e-12)
         torch.testing.assert_close(M.retract_along(W, Phi, eta), expected, rtol=0, atol=1e-12)
     # for a partial isometry the closed form of the source holds (thm-stiefel-retraction)
     P = Phi.mT @ Phi
     eta, s = 0.3, 1 / np.sqrt(1 + 0.3**2)
     closed = (W - eta * Phi) @ (torch.eye(4, dtype=torch.float64) - P + s * P)
+    # Φ_ε is a partial isometry up to the smoothing: ΦᵀΦ's eigenvalues are 1 - O(ε²/σ²), far below 1e-9
     torch.testing.assert_close(M.retract_along(W, Phi, eta), closed, rtol=0, atol=1e-9)
 
 
@@ -179,9 +193,10 @@ def test_float32_stays_on_the_manifold_for_thousands_of_steps(shape, gen):
     assert float(M.defect(ps[0].detach())) <= 1e-5
 
 
+@pytest.mark.slow  # 2.1-3.3 s of CPU each (one thread, the shared 2-core machine): 300 steps with autograd
 @pytest.mark.parametrize("shape,dtype", [((10, 4), torch.float64), ((4, 10), torch.float64),
                                          ((10, 4), torch.float32), ((4, 10), torch.float32),
-                                         pytest.param((10, 9), torch.float64, marks=pytest.mark.slow)],
+                                         ((10, 9), torch.float64)],
                          ids=["tall", "wide", "tall_float32", "wide_float32", "near_square"])
 def test_reaches_the_nearest_point(shape, dtype, gen):
     # minimise ‖W - B‖_F² on St: the answer is msign(B) (the polar factor); B with singular values in [1, 2]
@@ -263,42 +278,11 @@ def test_state_dict_round_trip_keeps_the_warm_start(gen):
         assert torch.equal(p, q)  # bitwise: same state, same arithmetic
 
 
-def test_nonfinite_gradient_and_bad_points_change_nothing(gen):
-    ps = _params(gen, torch.float64, [(7, 3), (3, 7)])
-    opt = ManifoldMuon(ps, lr=0.1, manifold=Stiefel(solver="newton"))
-    _run(opt, ps, 2, gen)
-    before = [p.detach().clone() for p in ps]
-    state = copy.deepcopy(opt.state_dict())
-    for p in ps:
-        p.grad = torch.randn(p.shape, generator=gen, dtype=p.dtype)
-    ps[1].grad[0, 0] = float("nan")
-    with pytest.raises(NonFiniteUpdateError, match=r"\['params'\]\[1\]"):
-        opt.step()
-    ps[0].detach().mul_(2)  # moved off the manifold outside the optimizer
-    for p in ps:
-        p.grad = torch.randn(p.shape, generator=gen, dtype=p.dtype)
-    with pytest.raises(OffManifoldError, match=r"\['params'\]\[0\]"):
-        opt.step()
-    ps[0].detach().div_(2)
-    for p, b in zip(ps, before):
-        assert torch.equal(p.detach(), b)
-    after = opt.state_dict()
-    for key in state["state"]:
-        for name in ("momentum_buffer", "step"):
-            assert torch.equal(torch.as_tensor(state["state"][key][name]), torch.as_tensor(after["state"][key][name]))
-        assert torch.equal(state["state"][key]["solver"]["Y"], after["state"][key]["solver"]["Y"])
-
-
 def test_refuses_bad_starting_points():
-    with pytest.raises(ValueError, match="not on the manifold Stiefel"):
-        ManifoldMuon([torch.nn.Parameter(torch.randn(6, 3, dtype=torch.float64))], lr=0.1, manifold=Stiefel())
+    # the rest (points off the manifold, NaN, dtypes) is in tests/test_optimizer_properties.py
     with pytest.raises(ValueError, match="m >= n"):
         ManifoldMuon([torch.nn.Parameter(torch.eye(3, 6, dtype=torch.float64))], lr=0.1,
                      manifold=Stiefel(transpose_wide=False))
-    W = M.project(torch.randn(6, 3, dtype=torch.float64))
-    W[0, 0] = float("nan")
-    with pytest.raises(ValueError, match="NaN"):
-        ManifoldMuon([torch.nn.Parameter(W)], lr=0.1, manifold=Stiefel())
 
 
 def test_warm_start_is_the_previous_multiplier(gen):
@@ -395,7 +379,8 @@ def test_retract_along_a_non_tangent_direction_is_the_nearest_point(gen):
     W = _point(gen, 9, 4)
     Z = torch.randn(9, 4, generator=gen, dtype=torch.float64)
     out = M.retract_along(W, Z, 0.3)
-    assert float(M.defect(out)) <= 1e-12
+    assert float(M.defect(out)) <= 1e-12  # a polar factor by SVD: rounding, ~(m + n) u (measured ~3e-15)
+    # two SVD routes to one polar factor, σ(W - 0.3Z) >= ~0.3: n u / σ_min ~ 1e-14
     torch.testing.assert_close(out, torch.from_numpy(_polar((W - 0.3 * Z).numpy())), rtol=0, atol=1e-12)
 
 

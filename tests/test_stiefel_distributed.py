@@ -126,4 +126,4 @@ def test_matches_single_process(results, mode, solver):
     moved = max(float((p - q).abs().max()) for p, q in zip(model.parameters(), nearby.parameters()))
     for got, want in zip(value, model.parameters()):
         assert float((got - want.detach()).abs().max()) <= 10 * moved + 1e-13, moved
-        assert float(Stiefel().defect(got)) <= 1e-12
+        assert float(Stiefel().defect(got)) <= 1e-12  # float64 points after Björck-corrected steps: rounding, ~1e-15

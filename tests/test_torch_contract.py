@@ -25,19 +25,39 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 import svmuon
 
-common = pytest.importorskip("torch.testing._internal.common_optimizers", reason="needs expecttest (requirements.txt)")
-pytestmark = pytest.mark.slow  # importing torch's test helpers alone takes ~7 s of CPU
+pytestmark = pytest.mark.slow
 
-INFO = next(o for o in common.optim_db if o.optim_cls is torch.optim.Muon)
+
+@functools.cache
+def _common():
+    """torch's test helpers, imported at first use: the import alone takes ~5 s of CPU, which every pytest worker
+    would otherwise spend at collection, also in the fast run that deselects this module."""
+    return pytest.importorskip("torch.testing._internal.common_optimizers", reason="needs expecttest (requirements.txt)")
+
+
+class _Lazy:
+    """An attribute proxy for an object built at first use."""
+
+    def __init__(self, build):
+        self._build = build
+
+    def __getattr__(self, name):
+        return getattr(self._build(), name)
+
+
+common = _Lazy(_common)
+
+_info = functools.cache(lambda: next(o for o in common.optim_db if o.optim_cls is torch.optim.Muon))
+INFO = _Lazy(_info)
 CLASSES = {"torch": torch.optim.Muon, "svmuon": svmuon.Muon}
 DTYPE = torch.float32
 # svmuon refuses these earlier or with a more precise type than torch.optim.Muon (desc -> (type, when))
-STRICTER = {"does not support complex parameters": (TypeError, common.OptimizerErrorEnum.CONSTRUCTION_ERROR)}
+STRICTER = {"does not support complex parameters": (TypeError, "CONSTRUCTION_ERROR")}
 
 
 def inputs():
     """Fresh OptimizerInputs (a Tensor lr is mutated by schedulers, so every use gets new ones)."""
-    return common._get_optim_inputs_including_global_cliquey_kwargs("cpu", DTYPE, INFO, skip=("differentiable",))
+    return common._get_optim_inputs_including_global_cliquey_kwargs("cpu", DTYPE, _info(), skip=("differentiable",))
 
 
 _TORCH_PASSES: dict[str, bool | str] = {}
@@ -90,6 +110,7 @@ def test_error_inputs():
             err_type, when, regex = error_input.error_type, error_input.error_on, error_input.error_regex
             if impl == "svmuon" and oi.desc in STRICTER:
                 (err_type, when), regex = STRICTER[oi.desc], "complex"
+                when = getattr(common.OptimizerErrorEnum, when)
             params = copy.copy(oi.params)
             if issubclass(err_type, Warning):
                 with pytest.warns(err_type, match=regex):

@@ -95,7 +95,7 @@ def step_overhead(n: int, rounds: int) -> dict[str, Any]:
     def orth_baseline() -> None:
         o_orth(U)
         B.lerp_(g, 0.05)
-        for _ in range(5):  # WᵀU, OᵀO, W·update, WᵀW, W·R
+        for _ in range(7):  # WᵀB and W·[WᵀB]_skew (the tangent buffer), WᵀU, OᵀO, W·update, WᵀW, W·R
             torch.mm(A, A, out=C)
 
     times = _interleaved({"muon_step": muon.step, "msign_plus_momentum": muon_baseline,

@@ -283,7 +283,7 @@ def manifold_muon_updates(
 
 
 class _Shaped:
-    """A parameter's canonical shape and dtype, what :func:`_batches` groups by (tall and wide matrices of a
+    """A parameter's canonical shape and dtype, what ``_batches`` groups by (tall and wide matrices of a
     manifold that handles wide ones transposed share one batch)."""
 
     def __init__(self, shape: tuple[int, ...], dtype: torch.dtype) -> None:

@@ -9,7 +9,7 @@ On ``St(m, n) = {W ∈ R^{m×n} : WᵀW = I_n}`` the unit steepest-ascent direct
 * :mod:`~svmuon.orthogonal.stiefel.completion`: ``solver="completion"``, the default: two closed-form stages,
   feasible, within ~1 % of the optimum on real gradients, at about Muon's cost;
 * :mod:`~svmuon.orthogonal.stiefel.newton`: ``solver="newton"``, the book's exact solver (Newton–CG on the
-  smoothed dual);
+  smoothed dual), with its Hessian and preconditioned CG in :mod:`~svmuon.orthogonal.stiefel.hessian`;
 * :mod:`~svmuon.orthogonal.stiefel.published`: the published solvers (su2025stiefel's fixed point, in both
   forms; bernstein2025stiefel's dual ascent);
 * :mod:`~svmuon.orthogonal.stiefel.rank`: the rank reduction (prop-stiefel-rank), a wrapper around an exact solver;
@@ -18,6 +18,7 @@ On ``St(m, n) = {W ∈ R^{m×n} : WᵀW = I_n}`` the unit steepest-ascent direct
   one, solver, rank reduction, warm starts);
 * :mod:`~svmuon.orthogonal.stiefel.api`: the checked functions :func:`stiefel_direction`, :func:`reduced_dual`,
   :func:`tangent_residual`;
+* :mod:`~svmuon.orthogonal.stiefel.retraction`: the polar retraction for any step length;
 * :mod:`~svmuon.orthogonal.stiefel.manifold`: the manifold :class:`Stiefel` (checked methods and the optimizer
   protocol of :mod:`svmuon.orthogonal.base`).
 

@@ -19,7 +19,7 @@ svmuon.bench stiefel``) the value is within about 0.3-2 % of the optimum.
 Cost: two n × n eigendecompositions and two Cholesky factorisations in float64, six m × n × n products (five of them
 in float64, so that ``G⊥`` is orthogonal to range(W) and agrees with its Gram matrix to float64 rounding: ``N`` can
 have large entries where ``G⊥`` is nearly rank-deficient, and float32 rounding there would become a tangent
-residual: :func:`~svmuon.orthogonal.stiefel.reduction._reduce_consistent`).
+residual: ``reduction._reduce_consistent``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from svmuon.orthogonal.stiefel.reduction import (
     _sym,
 )
 
-__all__ = ["completion_direction", "rotation_start"]
+__all__ = ["completion_direction", "completion_direction_matmul", "rotation_start"]
 
 # ‖Ω₀‖₂ <= 1 holds exactly for K M₀^{-1/2}; rounding can exceed it by a few ulps, which would make D = I + Ω²
 # slightly indefinite. Shrinking by 8 n u keeps D ⪰ 0 and costs a relative 1e-13 of value.
@@ -81,4 +81,49 @@ def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bo
         residual = torch.zeros(W.shape[:-2], dtype=_real(dt), device=W.device)
     return StiefelSolution(Phi, -red.S, residual, 0, True, 0, 0, 1 + comp.factorizations, red.tangent_norm,
                            torch.zeros_like(red.S), gap)
+
+
+def _sqrt_from_below(D: torch.Tensor, steps: int) -> torch.Tensor:
+    """``S = Y_k`` of the coupled Newton–Schulz square-root iteration ``T = (3I - ZY)/2, Y <- YT, Z <- TZ`` from
+    ``Y = D``, ``Z = I``, for symmetric ``0 ⪯ D ⪯ I``. On each eigenvalue ``x`` it gives ``√(x u_k)`` with
+    ``u_{k+1} = u_k(3 - u_k)²/4``, ``u_0 = x``, which increases to 1 and never exceeds it: so ``S² ⪯ D`` for every
+    ``k`` (the completion stays feasible) and ``S → D^{1/2}``, fast where ``x`` is not small (``u`` grows by 9/4 per
+    step near 0)."""
+    eye = torch.eye(D.shape[-1], dtype=D.dtype, device=D.device)
+    Y, Z = D, eye.expand_as(D)
+    for _ in range(steps):
+        T = 0.5 * (3 * eye - Z @ Y)
+        Y, Z = Y @ T, T @ Z
+    return _sym(Y)
+
+
+def completion_direction_matmul(W: torch.Tensor, G: torch.Tensor, orthogonalize, *, sqrt_steps: int = 12  # noqa: ANN001
+                                ) -> StiefelSolution:
+    """The completion by matrix products only (``route="newton_schulz"``: no eigendecomposition, so no host
+    synchronisation on an accelerator, where ``torch.linalg.eigh`` synchronises), feasible by construction:
+
+    * ``Ω₀ = [Wᵀ Q]_skew / h`` with ``Q = orthogonalize(P_W(G))`` and ``h = max(1, σ_max)`` of the schedule's output
+      band (``orthogonalize.sigma_range``), so ``‖Ω₀‖₂ <= 1`` whatever the msign's accuracy;
+    * ``S`` with ``S² ⪯ D = I + Ω₀²`` (``_sqrt_from_below``), and the normal part ``E = orthogonalize(G⊥S) S / h``,
+      so ``EᵀE ⪯ S² ⪯ D``: ``Φ = WΩ₀ + E`` has ``‖Φ‖₂ <= 1`` and ``WᵀE = 0`` up to rounding.
+
+    Its value is below the eigendecomposition route's by what the two approximate msigns and ``S`` lose (measured
+    in ``tests/test_stiefel_completion.py``). Cost: two msigns of ``m × n`` matrices (Muon's kernel) and about
+    ``3 sqrt_steps + 4`` n × n products. ``X`` and ``Y`` as :func:`completion_direction`; no certificate (``gap``
+    is ``None``)."""
+    dt = G.dtype
+    A = W.mT @ G
+    Gp = G - W @ A
+    K = _skew(A)
+    high = max(1.0, float(getattr(orthogonalize, "sigma_range", (0.0, 1.0))[1]))
+    Q = orthogonalize(W @ K + Gp).to(dt)
+    Omega = _skew(W.mT @ Q) / high
+    D = _sym(torch.eye(Omega.shape[-1], dtype=dt, device=W.device) + Omega @ Omega)
+    S = _sqrt_from_below(D, sqrt_steps)
+    E = orthogonalize(Gp @ S).to(dt) @ S / high
+    Phi = W @ Omega + E
+    tangent_norm = torch.sqrt(torch.linalg.matrix_norm(K) ** 2 + torch.linalg.matrix_norm(Gp) ** 2).to(WORK_DTYPE)
+    zero = torch.zeros(W.shape[:-2], dtype=_real(dt), device=W.device)
+    S64 = _sym(A.to(WORK_DTYPE))
+    return StiefelSolution(Phi, -S64, zero, 0, True, 2, 0, 0, tangent_norm, torch.zeros_like(S64), None)
 

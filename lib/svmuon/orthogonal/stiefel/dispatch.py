@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from svmuon.orthogonal.stiefel.completion import completion_direction
+from svmuon.orthogonal.stiefel.completion import completion_direction, completion_direction_matmul
 from svmuon.orthogonal.stiefel.newton import newton
 from svmuon.orthogonal.stiefel.options import StiefelOptions
 from svmuon.orthogonal.stiefel.published import dual_ascent, fixed_point, fixed_point_reduced
@@ -101,7 +101,12 @@ def solve(W: torch.Tensor, G: torch.Tensor, options: StiefelOptions, *, tol: flo
     tol = options.tolerance(G.dtype, n) if tol is None else tol
     solver, max_iter = options.solver, options.iterations()
     if solver == "completion":
-        return completion_direction(W, G, exact_residual=exact_residual)
+        route = options.route if options.route != "auto" else ("eigh" if W.device.type == "cpu" else "newton_schulz")
+        if route == "eigh":
+            return completion_direction(W, G, exact_residual=exact_residual)
+        sol = completion_direction_matmul(W, G, orthogonalize or _exact_msign())
+        sol.residual = _residual(W, sol.Phi) if exact_residual else sol.residual
+        return sol
     if solver == "newton":
         return _newton(W, G, options, tol, X0, Y0, warm, exact_residual, trace, unit_start)
     if unit_start and Y0 is not None:

@@ -31,38 +31,11 @@ from svmuon.orthogonal.base import Direction, Manifold, _orthogonalizer, as_matr
 from svmuon.orthogonal.stiefel.dispatch import solve
 from svmuon.orthogonal.stiefel.options import StiefelOptions
 from svmuon.orthogonal.stiefel.reduction import WORK_DTYPE, _sym
+from svmuon.orthogonal.stiefel.retraction import polar_retraction
 
 __all__ = ["Stiefel"]
 
 _UNSET: Any = object()
-
-
-def _series_degree(eta_max: float, unit: float) -> int | None:
-    """The degree of the binomial series ``(I + E)^{-1/2} = Σ_k binom(-1/2, k) E^k`` that reaches ``unit`` for
-    ``‖E‖₂ <= r``, ``r = η² + 1e-3`` (``E = (W - ηΦ)ᵀ(W - ηΦ) - I = η²ΦᵀΦ`` plus rounding and drift for tangent
-    ``Φ`` with ``‖Φ‖₂ <= 1``): the tail after degree ``k`` is at most ``|binom(-1/2, k+1)| r^{k+1} / (1 - r)``.
-    ``None`` where ``r >= 0.5`` (the series converges too slowly; an eigendecomposition is cheaper)."""
-    r = eta_max * eta_max + 1e-3
-    if r >= 0.5:
-        return None
-    k, coef = 0, 1.0
-    while True:
-        coef *= (k + 0.5) / (k + 1)  # |binom(-1/2, k+1)|
-        if coef * r ** (k + 1) / (1 - r) <= unit or k >= 30:
-            return k
-        k += 1
-
-
-def _inverse_sqrt_series(E: torch.Tensor, degree: int) -> torch.Tensor:
-    """``Σ_{k <= degree} binom(-1/2, k) E^k`` by Horner's rule (``degree - 1`` products of E)."""
-    coefs = [1.0]
-    for k in range(degree):
-        coefs.append(coefs[-1] * -(k + 0.5) / (k + 1))
-    eye = torch.eye(E.shape[-1], dtype=E.dtype, device=E.device)
-    Z = coefs[-1] * E + coefs[-2] * eye if degree >= 1 else eye.expand_as(E)
-    for c in reversed(coefs[:-2]):
-        Z = torch.baddbmm(eye.expand_as(E), E, Z, beta=c) if E.ndim == 3 else c * eye + E @ Z
-    return Z
 
 
 class Stiefel(Manifold):
@@ -169,7 +142,8 @@ class Stiefel(Manifold):
             options: override this manifold's solver options for this call (``solver``, ``tol``, ``max_iter``...).
 
         Returns:
-            ``Φ`` in the broadcast shape: tangent and ``‖Φ‖₂ <= 1`` to the rounding of its dtype (use
+            ``Φ`` in the broadcast shape: tangent and ``‖Φ‖₂ <= 1`` to the rounding of its dtype, whatever the solver
+            reached (its output is projected onto the tangent space and divided by ``‖Φ‖₂`` where that exceeds 1; use
             :func:`~svmuon.orthogonal.stiefel.stiefel_direction` for iterations, residuals and the gap).
 
         Raises:
@@ -196,7 +170,11 @@ class Stiefel(Manifold):
         Gc = Gc / power_of_two_scale(Gc)  # exact; Φ does not depend on the size of G, and no product overflows
         sol = solve(Wc, Gc, opts, orthogonalize=_orthogonalizer(orthogonalize))
         damping = _eps_damping(sol.tangent_norm.to(Gc.dtype), torch.linalg.matrix_norm(Gc), eps)
-        Phi = self._canonical(sol.Phi * damping[:, None, None], tuple(shape)).reshape(shape)
+        # the contract, whatever the solver reached: tangent (to rounding) and in the unit ball
+        Phi = self.tangent(Wc, sol.Phi.to(Gc.dtype))
+        top = torch.linalg.eigvalsh(_sym((Phi.mT @ Phi).to(WORK_DTYPE))).amax(dim=-1).clamp_min(1.0)
+        Phi = Phi * (damping / torch.sqrt(top).to(Gc.dtype))[:, None, None]
+        Phi = self._canonical(Phi, tuple(shape)).reshape(shape)
         return Phi.numpy() if was_numpy else Phi
 
     def retract_along(self, W: Any, Phi: Any, eta: float) -> Any:
@@ -279,19 +257,8 @@ class Stiefel(Manifold):
 
     def retract_direction(self, W: torch.Tensor, step: torch.Tensor, eta: torch.Tensor,
                           eta_max: float | None = None) -> torch.Tensor:
-        """Polar retraction of ``-ηΦ`` (``step = Φ``): ``Vs Z``, ``Vs = W - ηΦ``, ``Z = (VsᵀVs)^{-1/2}`` from the Gram
-        matrix of the actual ``Vs`` (so a tangent residual or a drifted ``W`` costs no accuracy): by the binomial
-        series in ``E = VsᵀVs - I`` (:func:`_series_degree`: degree 3 in float32 and 6 in float64 at ``η = 0.05``)
-        for ``η² < 0.5``, else by an eigendecomposition in float64. Two m × n × n products and a few n × n ones."""
-        Vs = W - eta * step
-        H = Vs.mT @ Vs
-        degree = None if eta_max is None else _series_degree(float(eta_max), torch.finfo(W.dtype).eps)
-        if degree is None:
-            lam, V = torch.linalg.eigh(_sym(H.to(WORK_DTYPE)))
-            Z = (V * torch.rsqrt(lam.clamp_min(torch.finfo(WORK_DTYPE).tiny))[..., None, :]) @ V.mT
-            return Vs @ Z.to(W.dtype)
-        E = H - eye_like(H)
-        return Vs @ _sym(_inverse_sqrt_series(E, degree))
+        """Polar retraction of ``-ηΦ`` (``step = Φ``) for any ``Φ`` (:func:`~svmuon.orthogonal.stiefel.retraction.polar_retraction`)."""
+        return polar_retraction(W, step, eta, eta_max)
 
     def stabilize(self, W: torch.Tensor, correct: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """The defect ``max|WᵀW - I|`` of the retracted point (one Gram matrix); no correction: the polar retraction

@@ -5,7 +5,7 @@ The smoothed dual ``f_ε(Y) = tr((M + ε²I)^{1/2})`` (the nuclear norm of ``[G 
 a value below the optimum by at most ``0.31 k ε`` (eq-stiefel-smoothing-gap). This module holds its Hessian
 (eq-stiefel-hessian), the preconditioned CG for the damped Newton system, and the outer iteration:
 
-* Newton step: PCG on ``(Hess + μP)x = -∇f_ε`` in the eigenbasis of ``M`` (:func:`_pcg`); ``μ`` is a
+* Newton step: PCG on ``(Hess + μP)x = -∇f_ε`` in the eigenbasis of ``M`` (``_pcg``); ``μ`` is a
   Levenberg–Marquardt trust parameter (ratio ``ρ`` of actual to predicted decrease: accept if ``ρ > 1e-4``; ``μ``
   shrinks by 4 if ``ρ > 0.75``, grows to ``max(4μ, 0.01)`` if ``ρ < 0.25``).
 * Continuation where the start (or, once, a later iterate) is near a singular ``M`` (``√λ_min < 0.1 σ̄``): ``ε``
@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from svmuon.orthogonal.stiefel.hessian import _hessian_parts, _hessian_vector, _pcg  # noqa: F401
 from svmuon.orthogonal.stiefel.reduction import (
     WORK_DTYPE,
     StiefelSolution,
@@ -46,64 +47,6 @@ __all__ = ["newton"]
 
 _EPS_START = 1e-2  # continuation: the largest starting ε/σ̄
 _EPS_SHRINK = 100.0  # continuation: ε drops by this factor per stage
-
-
-def _hessian_parts(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(c, d)`` with ``c_ij = 1/s_i + 1/s_j`` and ``d_ij = 1/((s_i + s_j) s_i s_j)`` (eq-stiefel-hessian)."""
-    si, sj = s[..., :, None], s[..., None, :]
-    return 1.0 / si + 1.0 / sj, 1.0 / ((si + sj) * si * sj)
-
-
-def _hessian_vector(h: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor,
-                    diag: torch.Tensor | None = None) -> torch.Tensor:
-    """Hessian of ``f_ε`` applied to a symmetric ``h``, all in the eigenbasis of M (eq-stiefel-hessian):
-    ``½ c∘h - ½ (T + Tᵀ)`` with ``E = hb + (hb)ᵀ``, ``F = d∘E``, ``T = F bᵀ``; ``diag`` replaces ``½c``
-    (the damped system passes ``½(1 + μ)c``). Two n × n products and five elementwise passes."""
-    E = h @ b
-    F = (E + E.mT).mul_(d)
-    T = F @ b.mT
-    return torch.addcmul((T + T.mT).mul_(-0.5), 0.5 * c if diag is None else diag, h)
-
-
-def _pcg(b: torch.Tensor, c: torch.Tensor, d: torch.Tensor, mu: torch.Tensor, rhs: torch.Tensor,
-         active: torch.Tensor, forcing: torch.Tensor, max_cg: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Preconditioned CG for the damped Newton system ``(Hess + μP) x = rhs`` with ``P = ½c`` (the diagonal
-    majorant of the Hessian, eq-stiefel-hessian), stopped when the preconditioned residual has dropped by
-    ``forcing`` (per matrix). Returns ``(x, model, products)`` with ``model = -⟨rhs, x⟩ + ½⟨x, (Hess+μP)x⟩``
-    (the damped quadratic model's change; ``-model`` is the predicted decrease)."""
-    diag = (0.5 + 0.5 * mu) * c  # (1 + μ)P: the damped diagonal, which is also the preconditioner
-    inv = 1.0 / diag
-    hv = lambda h: _hessian_vector(h, b, c, d, diag)  # noqa: E731
-    x, r = torch.zeros_like(rhs), rhs.clone()
-    z = r * inv
-    p, rz = z.clone(), _dot(r, z)
-    target = forcing * forcing * rz
-    done = ~active[..., None, None]
-    products = 0
-    for _ in range(max_cg):
-        Ap = hv(p)
-        products += 1
-        pAp = _dot(p, Ap)
-        bad = ~(pAp > 0)  # rounding at a (numerically) singular Hessian
-        done = done | bad
-        alpha = torch.where(done, torch.zeros_like(rz), rz / torch.where(bad, torch.ones_like(pAp), pAp))
-        x, r = x + alpha * p, r - alpha * Ap
-        z = r * inv
-        rz_new = _dot(r, z)
-        done = done | (rz_new <= target)
-        if bool(done.all()):
-            break
-        p = z + torch.where(done, torch.zeros_like(rz), rz_new / torch.where(rz > 0, rz, torch.ones_like(rz))) * p
-        rz = rz_new
-    # CG keeps its residual orthogonal to the search directions, so the model value is -½⟨rhs, x⟩; where
-    # CG made no progress at all, take the preconditioned gradient step (the fixed point's) instead
-    model = -0.5 * _dot(rhs, x)
-    stuck = (_dot(x, x) == 0) & active[..., None, None]
-    if bool(stuck.any()):
-        x = torch.where(stuck, rhs * inv, x)
-        model = torch.where(stuck, -_dot(rhs, x) + 0.5 * _dot(x, hv(x)), model)
-        products += 1
-    return x, model[..., 0, 0], products
 
 
 def _start(red: _Reduced, X0: torch.Tensor | None, warm: torch.Tensor | None,

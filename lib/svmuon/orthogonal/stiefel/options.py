@@ -15,10 +15,12 @@ from typing import Any
 
 import torch
 
-__all__ = ["SOLVERS", "StiefelOptions", "default_tol"]
+__all__ = ["ROUTES", "SOLVERS", "StiefelOptions", "default_tol"]
 
 #: the steepest-direction solvers (``solver=``); see the package docstring
 SOLVERS = ("completion", "newton", "fixed_point", "fixed_point_reduced", "dual_ascent")
+#: how the completion evaluates its matrix functions (``route=``)
+ROUTES = ("auto", "eigh", "newton_schulz")
 DEFAULT_MAX_ITER = {"completion": 0, "newton": 50, "fixed_point": 100, "fixed_point_reduced": 200, "dual_ascent": 100}
 
 
@@ -63,10 +65,15 @@ class StiefelOptions:
             ``G`` is solved on its row space (prop-stiefel-rank); in [0, 1).
         alpha: the dual-ascent step, in units of ``σ̄``, as published.
         transpose_wide: accept wide matrices (orthonormal rows) as their transposes.
+        route: how ``"completion"`` evaluates its matrix functions: ``"eigh"`` (two float64 n × n
+            eigendecompositions; exact), ``"newton_schulz"`` (matrix products only: two msigns by the caller's
+            ``orthogonalize``, which must converge, e.g. Polar Express; no host synchronisation on an accelerator,
+            where ``torch.linalg.eigh`` synchronises), or ``"auto"`` (default: ``"eigh"`` on the CPU,
+            ``"newton_schulz"`` elsewhere).
 
     Raises:
         ValueError: unknown ``solver``; ``tol``, ``smoothing``, ``alpha`` not finite and > 0; ``rank_rtol`` outside
-            [0, 1); ``max_iter`` < 0, ``max_cg`` < 1. TypeError: options of the wrong type.
+            [0, 1); ``max_iter`` < 0, ``max_cg`` < 1; unknown ``route``. TypeError: options of the wrong type.
     """
 
     solver: str = "completion"
@@ -77,10 +84,13 @@ class StiefelOptions:
     rank_rtol: float = 1e-6
     alpha: float = 0.01
     transpose_wide: bool = True
+    route: str = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.solver, str) or self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
+        if not isinstance(self.route, str) or self.route not in ROUTES:
+            raise ValueError(f"route must be one of {ROUTES}, got {self.route!r}")
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731  (frozen)
         if self.tol is not None:
             set_("tol", _positive(self.tol, "tol"))

@@ -22,7 +22,8 @@ from typing import Callable
 
 import torch
 
-from svmuon.orthogonal.stiefel.newton import _hessian_parts, _start
+from svmuon.orthogonal.stiefel.hessian import _hessian_parts
+from svmuon.orthogonal.stiefel.newton import _start
 from svmuon.orthogonal.stiefel.reduction import (
     WORK_DTYPE,
     StiefelSolution,

@@ -1,0 +1,43 @@
+"""Test matrices whose answer is known: ``U diag(s) Vᵀ`` with a chosen spectrum (DESIGN.md: one helper, shared).
+
+Every test that needs a matrix with given singular values builds it here, so that the expected singular values,
+polar factor, entropy or nearest point is known exactly (up to one rounding of the product).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+F64 = torch.float64
+
+
+def orthonormal(n: int, k: int, gen: torch.Generator) -> torch.Tensor:
+    """An ``n × k`` float64 matrix with orthonormal columns, Haar-distributed: the Q factor of a Gaussian matrix
+    with the signs of R's diagonal moved into Q (mezzadri2007generate). ``k = n`` gives an orthogonal matrix."""
+    Q, R = torch.linalg.qr(torch.randn(n, k, generator=gen, dtype=F64))
+    return Q * torch.sign(torch.diagonal(R))
+
+
+def with_spectrum(s: Sequence[float] | torch.Tensor, m: int, n: int, gen: torch.Generator,
+                  dtype: torch.dtype = F64, *, factors: bool = False):
+    """``A = U diag(s) Vᵀ`` of shape ``(m, n)``, with Haar-random orthonormal ``U`` (m × k), ``V`` (n × k).
+
+    Args:
+        s: the k <= min(m, n) singular values (>= 0, any order; the other min(m, n) - k are 0).
+        m, n: the shape. gen: a CPU generator (the draw is reproducible).
+        dtype: of ``A``; the product is formed in float64 and rounded once (relative 6e-8 in float32), so
+            the singular values of ``A`` are ``s`` to within ``~n u ‖s‖_∞`` (Weyl) for the unit roundoff u.
+        factors: also return ``U`` and ``V`` (float64).
+
+    Returns:
+        ``A``, or ``(A, U, V)`` with ``factors=True``.
+    """
+    s = torch.as_tensor(s, dtype=F64)
+    k = s.numel()
+    if s.dim() != 1 or not 0 < k <= min(m, n):
+        raise ValueError(f"s must hold 1 to min(m, n) = {min(m, n)} values, got shape {tuple(s.shape)}")
+    U, V = orthonormal(m, k, gen), orthonormal(n, k, gen)
+    A = ((U * s) @ V.T).to(dtype)
+    return (A, U, V) if factors else A
