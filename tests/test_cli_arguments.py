@@ -13,14 +13,16 @@ import os
 import pytest
 import torch
 
-from svmuon.bench import gpu, monte_carlo, msign, muon_step, orthogonal, stiefel
-from svmuon.experiments import digits_training, fixed_entropy, orthogonal_drift, orthogonal_rnn, stiefel_digits
+from svmuon.bench import entropy_monitor, gpu, monte_carlo, msign, muon_step, orthogonal, stiefel
+from svmuon.experiments import _gpt_train, digits_training, fixed_entropy, gpt, orthogonal_drift, orthogonal_rnn
+from svmuon.experiments import stiefel_digits
 
 COMPUTE = {  # module -> the functions a run calls first, after its checks
     digits_training: ["run"], fixed_entropy: ["run_task", "load_task"], orthogonal_drift: ["run_one"],
     orthogonal_rnn: ["load_sequences", "train"], stiefel_digits: ["load_task", "train"], gpu: ["run"],
     monte_carlo: ["measure"], msign: ["bench_size", "bench_muon"], muon_step: ["step_overhead"],
-    orthogonal: ["measure"], stiefel: ["run"],
+    orthogonal: ["measure"], stiefel: ["run"], gpt: ["run_arm"], _gpt_train: ["load_data"],
+    entropy_monitor: ["measure"],
 }
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal of --device cuda without a GPU")
 
@@ -128,27 +130,48 @@ CASES = [  # the issue's table, then more
     (stiefel, ["--smoke", "--shapes", "4x8"], "--shapes", "tall"),
     (stiefel, ["--threads", "0"], "--threads"),
     (stiefel, ["--seed", "-1"], "--seed"),
+    (gpt, ["--threads", "0"], "--threads"),
+    (gpt, ["--seeds", "-1"], "--seeds"),
+    (gpt, ["--seeds", "0", "0"], "--seeds", "more than once"),
+    (gpt, ["--arms", "sgd"], "--arms"),
+    (gpt, ["--arms", "muon", "muon"], "--arms", "more than once"),
+    (gpt, ["--deltas", "9"], "--deltas", "log k"),
+    (gpt, ["--deltas", "nan"], "--deltas"),
+    (gpt, ["--scope-deltas", "-0.1"], "--scope-deltas"),
+    (gpt, ["--size", "huge"], "--size"),
+    (gpt, ["--smoke"], "--output-dir"),
+    (entropy_monitor, ["--steps", "0"], "--steps"),
+    (entropy_monitor, ["--every", "0"], "--every"),
+    (entropy_monitor, ["--every", "10", "--steps", "5"], "--every"),
+    (entropy_monitor, ["--threads", "-1"], "--threads"),
 ]
 
 
 @pytest.mark.parametrize(("module", "argv", "expected"), [(m, a, e) for m, a, *e in CASES],
                          ids=[f"{m.__name__.rsplit('.', 1)[1]}{' '.join(a)}" for m, a, *_ in CASES])
 def test_a_bad_value_is_refused_before_compute(module, argv, expected, capsys, tmp_path):
-    option = ["--output-dir", str(tmp_path)] if module is fixed_entropy and "--smoke" not in argv else (
-        [] if module is fixed_entropy else ["--output", str(tmp_path / "r.json")])
+    folders = (fixed_entropy, gpt)  # these take --output-dir
+    option = ["--output-dir", str(tmp_path)] if module in folders and "--smoke" not in argv else (
+        [] if module in folders else ["--output", str(tmp_path / "r.json")])
     _refused(module, [*argv, *option], capsys, *expected)
 
 
 @NO_GPU
-@pytest.mark.parametrize("module", [monte_carlo, msign, orthogonal])
+@pytest.mark.parametrize("module", [monte_carlo, msign, orthogonal, entropy_monitor])
 def test_cuda_without_a_gpu_is_refused(module, capsys, tmp_path):
     _refused(module, ["--device", "cuda", "--output", str(tmp_path / "r.json")], capsys, "--device", "CUDA")
+
+
+@NO_GPU
+def test_the_gpu_size_without_a_gpu_is_refused(capsys, tmp_path):
+    _refused(gpt, ["--size", "gpu", "--output-dir", str(tmp_path)], capsys, "--size", "CUDA")
+    _refused(gpt, ["--device", "cuda", "--output-dir", str(tmp_path)], capsys, "--device", "CUDA")
 
 
 OUTPUT = {  # module -> its output option
     digits_training: "--output", orthogonal_drift: "--output", orthogonal_rnn: "--output", stiefel_digits: "--output",
     gpu: "--output", monte_carlo: "--output", msign: "--output", muon_step: "--output", orthogonal: "--output",
-    stiefel: "--output",
+    stiefel: "--output", entropy_monitor: "--output",
 }
 
 
@@ -160,11 +183,12 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_compute(module,
     _refused(module, [OUTPUT[module], str(a_file / "r.json")], capsys, OUTPUT[module], "is a file, not a folder")
 
 
-def test_output_folder_checks(capsys, tmp_path):
+@pytest.mark.parametrize("module", [fixed_entropy, gpt], ids=["fixed_entropy", "gpt"])
+def test_output_folder_checks(module, capsys, tmp_path):
     a_file = tmp_path / "file"
     a_file.write_text("")
-    _refused(fixed_entropy, ["--output-dir", str(a_file)], capsys, "--output-dir", "is a file")
-    _refused(fixed_entropy, ["--output-dir", str(a_file / "sub")], capsys, "--output-dir", "is a file")
+    _refused(module, ["--output-dir", str(a_file)], capsys, "--output-dir", "is a file")
+    _refused(module, ["--output-dir", str(a_file / "sub")], capsys, "--output-dir", "is a file")
 
 
 def test_a_read_only_folder_is_refused(capsys, tmp_path):
@@ -248,3 +272,12 @@ def test_every_command_is_covered():
         for name in available(package):
             module = importlib.import_module(f"{package.__name__}.{name.replace('-', '_')}")
             assert module.__name__ in covered, module.__name__
+
+
+@pytest.mark.parametrize(("content", "what"), [("", "empty"), ('{"experiment": "gpt", "arm": "ad', "not valid JSON"),
+                                               ('{"experiment": "gpt", "arm": "muon"}', "arm")])
+def test_a_damaged_or_foreign_gpt_results_file_is_named(content, what, capsys, tmp_path):
+    path = tmp_path / "gpt-cpu-adamw.json"
+    path.write_text(content)
+    _refused(gpt, ["--arms", "adamw", "--output-dir", str(tmp_path)], capsys, str(path), what)
+    assert path.read_text() == content  # nothing changed

@@ -112,3 +112,20 @@ def test_save_keeps_the_results_when_the_target_cannot_be_written(tmp_path, monk
     spare = err.split("saved to ")[1].split(" instead")[0]
     assert "No space left on device" in err and json.loads(open(spare).read()) == {"hours": "of compute"}
     assert not target.exists()
+
+
+def test_text_corpus_names_its_files_and_hashes_its_text():
+    """The description lists the files in order and the SHA-256 of exactly the text used, checked by reading
+    the listed files again; the recursive corpus covers sub-packages and never site-packages."""
+    import hashlib
+    import sysconfig
+    from pathlib import Path
+
+    tokens, info = runs.text_corpus(60_000)
+    folder = Path(sysconfig.get_paths()["stdlib"])
+    text = "".join((folder / n).read_text(encoding="utf-8", errors="replace") for n in info["names"])[:60_000]
+    assert info["sha256"] == hashlib.sha256(text.encode("utf-8")).hexdigest() and info["files"] == len(info["names"])
+    assert all("/" not in n for n in info["names"])  # top-level modules only
+    _, deep = runs.text_corpus(3_000_000, recursive=True)
+    assert any("/" in n for n in deep["names"]) and not any("site-packages" in n for n in deep["names"])
+    assert deep["names"] == sorted(deep["names"], key=lambda n: Path(n).parts)

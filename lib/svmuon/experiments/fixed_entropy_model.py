@@ -31,16 +31,19 @@ class FixedEntropyLinear(torch.nn.Module):
         power: normalisation power r (1: p ∝ σ, 2: p ∝ σ²).
         learn_spectrum: learn ``z`` (arm ``level_set``) or keep the exponential profile (arm ``shape``).
         gen: seeded generator for ``U`` and ``V``. dtype: float32 (experiment) or float64 (tests).
-
-    The initial scale gives ``‖W‖_F² = 2 n_out``, He's ReLU initialisation (he2015delving).
+        bias: add a learned bias ``b`` (default True; the transformer of ``svmuon.experiments.gpt`` has none).
+        gain: the initial scale gives ``‖W‖_F² = gain · n_out``; the default 2 is He's ReLU initialisation
+            (he2015delving), ``std² · n_in`` matches Gaussian entries of standard deviation ``std``.
 
     Raises:
         ValueError: ``delta`` outside ``[0, log k)`` (the profile ``z`` has one largest entry, so every
-            ``h = log k - δ`` in ``(0, log k]`` is reachable, and no other).
+            ``h = log k - δ`` in ``(0, log k]`` is reachable, and no other); ``gain`` not a positive finite
+            number.
     """
 
     def __init__(self, n_in: int, n_out: int, delta: float, power: float, learn_spectrum: bool,
-                 gen: torch.Generator, dtype: torch.dtype = torch.float32) -> None:
+                 gen: torch.Generator, dtype: torch.dtype = torch.float32, *, bias: bool = True,
+                 gain: float = 2.0) -> None:
         super().__init__()
         k = min(n_in, n_out)
         if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not (
@@ -48,6 +51,8 @@ class FixedEntropyLinear(torch.nn.Module):
             # outside [0, log k) the unchecked kernel would silently give entropy log k (δ < 0) or 0 (δ >= log k)
             raise ValueError(f"delta must lie in [0, log k) = [0, {math.log(k):.4g}) for a {n_out}×{n_in} matrix, "
                              f"got {delta!r}")
+        if isinstance(gain, bool) or not isinstance(gain, numbers.Real) or not 0 < gain < math.inf:
+            raise ValueError(f"gain must be a positive finite number (‖W‖_F² = gain · n_out at the start), got {gain!r}")
         self.k, self.power = k, float(power)
         self.h = math.log(k) - float(delta)
         self.U = torch.nn.Parameter(_orthonormal(n_out, k, gen, dtype))
@@ -61,8 +66,11 @@ class FixedEntropyLinear(torch.nn.Module):
         with torch.no_grad():
             p = self._p()
             energy = float((p ** (2 / self.power)).sum())
-        self.log_scale = torch.nn.Parameter(torch.tensor(0.5 * math.log(2 * n_out / energy), dtype=dtype))
-        self.bias = torch.nn.Parameter(torch.zeros(n_out, dtype=dtype))
+        self.log_scale = torch.nn.Parameter(torch.tensor(0.5 * math.log(gain * n_out / energy), dtype=dtype))
+        if bias:
+            self.bias = torch.nn.Parameter(torch.zeros(n_out, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
 
     def _p(self) -> torch.Tensor:
         from svmuon.spectral.level_set import _tempered_softmax
@@ -78,7 +86,8 @@ class FixedEntropyLinear(torch.nn.Module):
         return (self.U * self.sigma()) @ self.V.T
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ((x @ self.V) * self.sigma()) @ self.U.T + self.bias
+        y = ((x @ self.V) * self.sigma()) @ self.U.T
+        return y if self.bias is None else y + self.bias
 
 
 class Net(torch.nn.Module):

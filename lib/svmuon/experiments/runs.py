@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import hashlib
 import os
 import platform
 import sys
@@ -64,22 +65,29 @@ def load_digits(split_seed: int = 0, *, sequences: bool = False) -> dict[str, Sp
     return {"train": pack(X_tr, y_tr), "val": pack(X_va, y_va), "test": pack(X_te, y_te)}
 
 
-def text_corpus(chars: int = 400_000) -> tuple[np.ndarray, dict[str, Any]]:
-    """The first ``chars`` characters of the standard library's top-level ``*.py`` files (sorted by name) as
-    tokens: ``'\\n'`` -> 0, ``' '``..``'~'`` -> 1..95, anything else -> 96. Returns ``(tokens, description)``."""
+def text_corpus(chars: int = 400_000, *, recursive: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
+    """The first ``chars`` characters of the standard library's top-level ``*.py`` files (sorted by name; with
+    ``recursive``, of every ``*.py`` below the standard library's folder, sorted by relative path, without
+    ``site-packages``) as tokens: ``'\\n'`` -> 0, ``' '``..``'~'`` -> 1..95, anything else -> 96. Returns
+    ``(tokens, description)``; the description names every file used (``names``, relative paths) and the
+    SHA-256 of the text, so that a run can be matched to its data exactly."""
     folder = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(folder.rglob("*.py")) if recursive else sorted(folder.glob("*.py"))
+    files = [f for f in files if not {"site-packages", "__pycache__"} & set(f.relative_to(folder).parts)]
     parts, total, used = [], 0, []
-    for f in sorted(folder.glob("*.py")):
+    for f in files:
         text = f.read_text(encoding="utf-8", errors="replace")
         parts.append(text)
-        used.append(f.name)
+        used.append(f.relative_to(folder).as_posix())
         total += len(text)
         if total >= chars:
             break
-    codes = np.frombuffer("".join(parts)[:chars].encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+    joined = "".join(parts)[:chars]
+    codes = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
     tokens = np.where(codes == 10, 0, np.where((codes >= 32) & (codes <= 126), codes - 31, 96))
     info = {"source": str(folder), "files": len(used), "first": used[0], "last": used[-1], "chars": int(len(tokens)),
-            "python": platform.python_version(), "unknown_fraction": float((tokens == 96).mean())}
+            "python": platform.python_version(), "unknown_fraction": float((tokens == 96).mean()),
+            "names": used, "sha256": hashlib.sha256(joined.encode("utf-8")).hexdigest()}
     return tokens, info
 
 

@@ -30,6 +30,9 @@ _EXPORTS = {
     "marchenko_pastur_pdf": "svmuon.spectral.random_matrix",
     "marchenko_pastur_moment": "svmuon.spectral.random_matrix",
     "load_weights": "svmuon.spectral.report",
+    "EntropyMonitor": "svmuon.spectral.monitor",
+    "plot_entropy_frame": "svmuon.spectral.monitor",
+    "gaussian_baseline": "svmuon.spectral.monitor",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
