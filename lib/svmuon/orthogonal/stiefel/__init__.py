@@ -5,22 +5,24 @@ On ``St(m, n) = {W ∈ R^{m×n} : WᵀW = I_n}`` the unit steepest-ascent direct
 
 * :mod:`~svmuon.orthogonal.stiefel.reduction`: the reduced n × n problem every solver shares: the dual
   ``f(Y) = tr(M^{1/2})`` (thm-stiefel-reduction), the primal in the rotation ``Ω`` and its closed-form completion
-  (prop-stiefel-primal), :class:`StiefelSolution`;
+  (prop-stiefel-primal), :class:`~svmuon.orthogonal.stiefel.reduction.StiefelSolution`;
 * :mod:`~svmuon.orthogonal.stiefel.completion`: ``solver="completion"``, the default: two closed-form stages,
   feasible, within ~1 % of the optimum on real gradients, at about Muon's cost;
 * :mod:`~svmuon.orthogonal.stiefel.newton`: ``solver="newton"``, the book's exact solver (Newton–CG on the
   smoothed dual), with its Hessian and preconditioned CG in :mod:`~svmuon.orthogonal.stiefel.hessian`;
 * :mod:`~svmuon.orthogonal.stiefel.published`: the published solvers (su2025stiefel's fixed point, in both
   forms; bernstein2025stiefel's dual ascent);
-* :mod:`~svmuon.orthogonal.stiefel.rank`: the rank reduction (prop-stiefel-rank), a wrapper around an exact solver;
-* :mod:`~svmuon.orthogonal.stiefel.options`: :class:`StiefelOptions`, every option and default, once;
-* :mod:`~svmuon.orthogonal.stiefel.dispatch`: the one dispatcher both entry points share (square case, batch of
-  one, solver, rank reduction, warm starts);
-* :mod:`~svmuon.orthogonal.stiefel.api`: the checked functions :func:`stiefel_direction`, :func:`reduced_dual`,
-  :func:`tangent_residual`;
+* :mod:`~svmuon.orthogonal.stiefel.rank`: the rank reduction (prop-stiefel-rank), a wrapper around an exact
+  solver;
+* :mod:`~svmuon.orthogonal.stiefel.options`: :class:`~svmuon.orthogonal.stiefel.options.StiefelOptions`, every
+  option and default, once;
+* ``dispatch``: the one dispatcher both entry points share (square case, batch of one, solver, rank
+  reduction, warm starts);
+* :mod:`~svmuon.orthogonal.stiefel.api`: the checked functions :func:`~svmuon.orthogonal.stiefel.api.stiefel_direction`,
+  :func:`~svmuon.orthogonal.stiefel.api.reduced_dual`, :func:`~svmuon.orthogonal.stiefel.api.tangent_residual`;
 * :mod:`~svmuon.orthogonal.stiefel.retraction`: the polar retraction for any step length;
-* :mod:`~svmuon.orthogonal.stiefel.manifold`: the manifold :class:`Stiefel` (checked methods and the optimizer
-  protocol of :mod:`svmuon.orthogonal.base`).
+* :mod:`~svmuon.orthogonal.stiefel.manifold`: the manifold :class:`~svmuon.orthogonal.stiefel.manifold.Stiefel` (checked
+  methods and the optimizer protocol of :mod:`svmuon.orthogonal.base`).
 
 Imports point one way: manifold -> api/dispatch -> solvers -> reduction.
 """

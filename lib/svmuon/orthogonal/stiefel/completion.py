@@ -1,7 +1,7 @@
 """The fast Stiefel direction: the rotation of Muon on the tangent gradient, then its best completion.
 
 Two closed-form stages, no iteration, no host synchronisation (``solver="completion"``, the default of
-:class:`~svmuon.orthogonal.stiefel.Stiefel`):
+:class:`~svmuon.orthogonal.stiefel.manifold.Stiefel`):
 
 1. **Rotation.** At the orthogonal group's multiplier ``X = -[WᵀG]_sym`` the dual's direction is
    ``msign(G + WX) = msign(P_W(G))``, the polar factor of the tangent gradient (Muon applied to the Riemannian

@@ -1,4 +1,4 @@
-"""The one dispatcher behind both entry points (:func:`~svmuon.orthogonal.stiefel.stiefel_direction` and the
+"""The one dispatcher behind both entry points (:func:`~svmuon.orthogonal.stiefel.api.stiefel_direction` and the
 optimizer's :meth:`~svmuon.orthogonal.stiefel.Stiefel.direction`): the square case, the batch of one, the solver,
 the rank reduction and the warm starts, on unchecked tall ``(..., m, n)`` tensors.
 """

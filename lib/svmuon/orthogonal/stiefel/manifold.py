@@ -107,7 +107,7 @@ class Stiefel(Manifold):
     def project(self, W: Any) -> Any:
         """Nearest point in Frobenius norm: the orthonormal polar factor ``UVᵀ`` of a thin SVD ``W = UΣVᵀ``
         (higham1986polar); wide ``W``: orthonormal rows. Differentiable, with a backward that stays finite at
-        repeated singular values (the identity, any point: :mod:`svmuon.orthogonal._polar_grad`). For a
+        repeated singular values (the identity, any point: ``svmuon.orthogonal._polar_grad``). For a
         rank-deficient ``W`` one of the nearest points (the null directions are completed by the SVD's vectors).
 
         Raises:
@@ -144,7 +144,7 @@ class Stiefel(Manifold):
         Returns:
             ``Φ`` in the broadcast shape: tangent and ``‖Φ‖₂ <= 1`` to the rounding of its dtype, whatever the solver
             reached (its output is projected onto the tangent space and divided by ``‖Φ‖₂`` where that exceeds 1; use
-            :func:`~svmuon.orthogonal.stiefel.stiefel_direction` for iterations, residuals and the gap).
+            :func:`~svmuon.orthogonal.stiefel.api.stiefel_direction` for iterations, residuals and the gap).
 
         Raises:
             TypeError: non-float inputs. ValueError: shape mismatch, non-finite entries, ``W`` not a point

@@ -13,7 +13,7 @@ a value below the optimum by at most ``0.31 k ε`` (eq-stiefel-smoothing-gap). T
   below ``ε/σ̄``, down to ``smoothing · σ̄``. Elsewhere ``ε = smoothing · σ̄`` throughout.
 * Stop: residual <= ``tol`` at the final ``ε``, or ``max_iter`` outer iterations.
 
-A float32 problem whose ``M`` is near-singular is solved in float64 (:func:`_in_float64`). Each iteration reads
+A float32 problem whose ``M`` is near-singular is solved in float64 (``_in_float64``). Each iteration reads
 its convergence flags on the host; this solver is the exact reference, not the hot path.
 """
 

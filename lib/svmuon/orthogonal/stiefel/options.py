@@ -1,6 +1,6 @@
 """Every option of the Stiefel direction, with its default, held once: :class:`StiefelOptions`.
 
-:class:`~svmuon.orthogonal.stiefel.Stiefel` keeps one (frozen) instance, :func:`~svmuon.orthogonal.stiefel.stiefel_direction`
+:class:`~svmuon.orthogonal.stiefel.manifold.Stiefel` keeps one (frozen) instance, :func:`~svmuon.orthogonal.stiefel.api.stiefel_direction`
 builds one from its keyword arguments; the solvers read it. The msign route is not here: it belongs to whoever
 calls (the optimizer's ``msign_method``/``ns_*`` options, or the ``orthogonalize`` argument of the public
 functions), so it is owned once.

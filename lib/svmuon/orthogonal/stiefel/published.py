@@ -10,7 +10,7 @@
   scale-free; with σ̄ = 1 it is the published rule ``Λ <- Λ - α(1 - k/K)H`` for ``X = 2Λ``).
 
 Each is an unchecked kernel on tall ``(..., m, n)`` batches returning
-:class:`~svmuon.orthogonal.stiefel.reduction.StiefelSolution`; :func:`~svmuon.orthogonal.stiefel.stiefel_direction`
+:class:`~svmuon.orthogonal.stiefel.reduction.StiefelSolution`; :func:`~svmuon.orthogonal.stiefel.api.stiefel_direction`
 is the checked entry point.
 """
 

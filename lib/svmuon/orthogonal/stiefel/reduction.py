@@ -19,7 +19,7 @@ With ``A = WᵀG``, ``K = [A]_skew``, ``G⊥ = G - WA``, ``C = G⊥ᵀG⊥`` (al
   cheap solvers safe: whatever ``Ω`` they reach, the step is feasible and its optimality gap is bounded by
   ``f(Y) - p(Ω)`` for any ``Y``.
 
-Everything here is batched over leading dimensions; the n × n work runs in float64 (:data:`WORK_DTYPE`),
+Everything here is batched over leading dimensions; the n × n work runs in float64 (``WORK_DTYPE``),
 cheap next to the m × n products.
 
 References:
