@@ -340,3 +340,24 @@ def test_the_matrix_product_route_in_the_optimizer(monkeypatch, gen):
         opt.step()
     assert calls == ["__bool__"] * 3
     assert float(M.defect(p.detach())) <= 1e-5
+
+
+def test_amortized_is_one_warm_dual_step(gen):
+    """solver="amortized" is dual ascent with a budget of one step (su2025dual), warm-started in the optimizer
+    from the multiplier of the previous training step: the same floats as dual_ascent with max_iter=1 (same
+    operations, so exact equality), and the carried multiplier is what the second step starts from."""
+    W = M.random(24, 6, generator=gen, dtype=torch.float64)
+    G = torch.randn(24, 6, generator=gen, dtype=torch.float64)
+    a = stiefel_direction(W, G, solver="amortized")
+    b = stiefel_direction(W, G, solver="dual_ascent", max_iter=1)
+    assert a.iterations == 1 and torch.equal(a.Phi, b.Phi) and torch.equal(a.X, b.X)
+    ps = [torch.nn.Parameter(W.clone()) for _ in range(2)]
+    opts = [ManifoldMuon([ps[0]], lr=0.05, manifold=Stiefel(solver="amortized")),
+            ManifoldMuon([ps[1]], lr=0.05, manifold=Stiefel(solver="dual_ascent", max_iter=1))]
+    for _ in range(3):
+        g = torch.randn(24, 6, generator=gen, dtype=torch.float64)
+        for p, opt in zip(ps, opts):
+            p.grad = g.clone()
+            opt.step()
+    assert torch.equal(ps[0], ps[1])
+    assert "Y" in opts[0].state[ps[0]]["solver"]  # the multiplier carried to the next step

@@ -90,9 +90,10 @@ def stiefel_direction(W: Any, G: Any, *, solver: str = StiefelOptions.solver, to
         G: gradient, same matrix shape, batch broadcastable; ``Phi`` has its dtype.
         solver: ``"completion"`` (default: closed form, feasible, within ~1 % of the optimum on real gradients, with
             a certificate in ``.gap``), ``"newton"`` (exact, to ``tol``), ``"fixed_point"``,
-            ``"fixed_point_reduced"`` or ``"dual_ascent"`` (:class:`~svmuon.orthogonal.stiefel.options.StiefelOptions`).
+            ``"fixed_point_reduced"``, ``"dual_ascent"`` or ``"amortized"`` (one warm dual step;
+            :class:`~svmuon.orthogonal.stiefel.options.StiefelOptions`).
         tol: the iterative solvers' stop: ``‖WᵀΦ + ΦᵀW‖_F <= tol`` for every matrix (``None``: ``default_tol``).
-        max_iter: the iterative solvers' cap (default 50 / 100 / 200 / 100 by solver).
+        max_iter: the iterative solvers' cap (default 50 / 100 / 200 / 100 / 1 by solver).
         X0: warm start, ``(..., n, n)`` symmetric (e.g. the previous ``X``); default ``-[WᵀG]_sym``.
         Y0: warm start in the reduced multiplier ``Y = [WᵀG]_sym + X`` instead, ``(..., n, n)`` (e.g. the previous
             solution's ``Y`` times ``‖G_new‖_F / ‖G_old‖_F``). At most one of ``X0`` and ``Y0``; either is

@@ -119,7 +119,7 @@ def solve(W: torch.Tensor, G: torch.Tensor, options: StiefelOptions, *, tol: flo
     orth = orthogonalize or _exact_msign()
     if solver == "fixed_point":
         sol = fixed_point(W, G, X0, tol=tol, max_iter=max_iter, orthogonalize=orth, warm=warm, trace=trace)
-    else:
+    else:  # "dual_ascent", and "amortized": the same iteration with a budget of max_iter (default 1) warm steps
         sol = dual_ascent(W, G, X0, tol=tol, max_iter=max_iter, orthogonalize=orth, alpha=options.alpha, warm=warm,
                           trace=trace)
     sol.Y = _sym((W.mT @ G).to(WORK_DTYPE)) + sol.X

@@ -48,7 +48,7 @@ class Stiefel(Manifold):
 
     Args:
         solver: ``"completion"`` (default), ``"newton"`` (exact), ``"fixed_point"``, ``"fixed_point_reduced"``,
-            ``"dual_ascent"``; and ``tol``, ``max_iter``, ``smoothing``, ``max_cg``, ``rank_rtol``, ``alpha``,
+            ``"dual_ascent"``, ``"amortized"`` (one dual step per training step, warm); and ``tol``, ``max_iter``, ``smoothing``, ``max_cg``, ``rank_rtol``, ``alpha``,
             ``transpose_wide``: see ``StiefelOptions``, which holds every default.
         method: the old spelling of ``solver`` (a ``DeprecationWarning``; ``method`` is the msign route elsewhere).
 

@@ -18,10 +18,11 @@ import torch
 __all__ = ["ROUTES", "SOLVERS", "StiefelOptions", "default_tol"]
 
 #: the steepest-direction solvers (``solver=``); see the package docstring
-SOLVERS = ("completion", "newton", "fixed_point", "fixed_point_reduced", "dual_ascent")
+SOLVERS = ("completion", "newton", "fixed_point", "fixed_point_reduced", "dual_ascent", "amortized")
 #: how the completion evaluates its matrix functions (``route=``)
 ROUTES = ("auto", "eigh", "newton_schulz")
-DEFAULT_MAX_ITER = {"completion": 0, "newton": 50, "fixed_point": 100, "fixed_point_reduced": 200, "dual_ascent": 100}
+DEFAULT_MAX_ITER = {"completion": 0, "newton": 50, "fixed_point": 100, "fixed_point_reduced": 200, "dual_ascent": 100,
+                    "amortized": 1}
 
 
 def _positive(value: Any, name: str, *, allow_zero: bool = False, upper: float = math.inf) -> float:
@@ -55,10 +56,13 @@ class StiefelOptions:
         solver: ``"completion"`` (default: two closed-form stages, feasible, within ~1 % of the optimum on real
             gradients; no iterations, no host synchronisation), ``"newton"`` (exact: the book's Newton method on the
             reduced dual, to tangent tolerance ``tol``), ``"fixed_point"`` (su2025stiefel), ``"fixed_point_reduced"``
-            or ``"dual_ascent"`` (bernstein2025stiefel).
+            or ``"dual_ascent"`` (bernstein2025stiefel), or ``"amortized"`` (su2025dual: dual ascent with a budget of
+            ``max_iter = 1`` step per call, started from the multiplier the optimizer carries over from the previous
+            training step; measured in the Stiefel chapter, section sec-stiefel-cost).
         tol: tangent-residual tolerance ``‖WᵀΦ + ΦᵀW‖_F`` of the iterative solvers; ``None``: :func:`default_tol`
             of the dtype (1e-6, or for float32 ``8 eps √n``).
-        max_iter: the iterative solvers' cap (``None``: 50 for Newton, 100 / 200 / 100 for the published ones).
+        max_iter: the iterative solvers' cap (``None``: 50 for Newton, 100 / 200 / 100 for the published ones, 1
+            for ``"amortized"``).
         smoothing: ``ε/σ̄`` of the smoothed dual (Newton, fixed_point_reduced); ``σ̄ = ‖P_W(G)‖_F/√n``.
         max_cg: Hessian-vector products per Newton iteration at most.
         rank_rtol: Newton: singular values of ``G`` below ``rank_rtol · σ_max`` count as zero, and a rank-deficient
