@@ -1,18 +1,18 @@
 """Both parts of the book on a small transformer: optimizers, entropy during training, a fixed entropy.
 
 ``python -m svmuon.experiments gpt [--arms ...] [--seeds 0 1 2] [--size cpu] [--smoke] [--output-dir DIR]``
-trains a small decoder-only transformer (:mod:`svmuon.experiments._gpt_model`: pre-norm, causal attention
+trains a small decoder-only transformer (``svmuon.experiments._gpt_model``: pre-norm, causal attention
 with separate Q, K, V, O matrices, GELU MLP, tied embeddings) on next-character prediction over the Python
-standard library's own sources (:func:`svmuon.experiments.fixed_entropy.text_corpus`, a contiguous 80/10/10
+standard library's own sources (:func:`svmuon.experiments.runs.text_corpus`, a contiguous 80/10/10
 split) under five *arms*:
 
 * ``adamw``: AdamW on everything;
-* ``muon``: :class:`svmuon.Muon` on the hidden matrices (Q, K, V, O, MLP in, MLP out), AdamW on the rest;
+* ``muon``: :class:`~svmuon.optim.muon.Muon` on the hidden matrices (Q, K, V, O, MLP in, MLP out), AdamW on the rest;
 * ``stiefel``: ``ManifoldMuon(manifold=Stiefel())`` on every hidden matrix (each starts at the polar factor
   of its Gaussian initialisation, so every singular value is 1 and the entropy is log k throughout);
 * ``stiefel-attention``: Stiefel on Q, K, V, O; Muon on the MLP matrices at Muon's tuned rate;
 * ``fixed-entropy``: every hidden matrix (scope ``all``), or only the attention or only the MLP matrices, is a
-  :class:`svmuon.spectral.FixedEntropyLinear` with entropy exactly ``log k - δ`` (p ∝ σ, learned spectrum);
+  :class:`~svmuon.experiments.fixed_entropy.FixedEntropyLinear` with entropy exactly ``log k - δ`` (p ∝ σ, learned spectrum);
   its factors U, V are trained by ManifoldMuon(Stiefel), the other hidden matrices by Muon.
 
 "The rest" (embeddings, RMSNorm gains, the spectra's logits and scales) is trained by AdamW at a fixed rate
@@ -21,7 +21,7 @@ grid of four by the validation loss of seed 0 (``fixed-entropy`` at δ = 0, scop
 then runs the other seeds (and, for ``fixed-entropy``, every δ and scope). Every run records the validation
 loss against steps and against training seconds, the time of the forward-backward pass and of each optimizer
 (timed separately, so the optimizer's share of a step is measured), and, every ``monitor_every`` steps, the
-Shannon and Rényi-2 entropies of σ and σ² of every hidden matrix (:class:`svmuon.spectral.EntropyMonitor`).
+Shannon and Rényi-2 entropies of σ and σ² of every hidden matrix (:class:`~svmuon.spectral.monitor.EntropyMonitor`).
 Each results file also holds the Gaussian reference of every layer shape: the large-n value (book eq.
 ``eq-gaussian-limit``) and the Monte Carlo mean at the exact shape.
 
