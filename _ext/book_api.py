@@ -65,6 +65,16 @@ def _entry(module: str, member: str, obj) -> str:
     return f"``{member}``"  # a constant: autodoc gives it no entry of its own to link to
 
 
+def _without_keys(text: str, bib_keys: set[str]) -> str:
+    """``text`` without bibliography keys: a parenthesis of keys only is removed, other keys are deleted."""
+    if not bib_keys:
+        return text
+    key = "|".join(map(re.escape, sorted(bib_keys, key=len, reverse=True)))
+    text = re.sub(rf"\s*\((?:``)?(?:{key})(?:``)?(?:[,;]\s*(?:``)?(?:{key})(?:``)?)*\)", "", text)
+    text = re.sub(rf"(?<![\w-])(?:``)?(?:{key})(?:``)?(?![\w-])", "", text)
+    return re.sub(r"\s+([.,;:])", r"\1", text).strip()
+
+
 def summary_rst(modules: list[str], bib_keys: set[str] = frozenset()) -> list[str]:
     """reST for the summary tables of ``modules`` (a ``list-table`` each), formulas and sources linked as on
     the entries themselves (``book_pages.link_sources``)."""
@@ -74,7 +84,9 @@ def summary_rst(modules: list[str], bib_keys: set[str] = frozenset()) -> list[st
         # a package documented by its docstring alone)
         name, _, chosen = spec.partition(":")
         module = importlib.import_module(name)
-        title = link_sources([summary(module)], bib_keys)[0]
+        # a table caption holds no citation (a link in LaTeX's moving argument breaks the PDF): the keys of
+        # the module's sources are dropped from its title; its entry below cites them
+        title = link_sources([_without_keys(summary(module), bib_keys)], set())[0]
         members = public_members(module) if not _ else [(m, getattr(module, m)) for m in chosen.split(",") if m]
         # short names in the docstrings (:func:`msign`) resolve against the module, as on its own entry
         lines += [f".. py:currentmodule:: {name}", ""]
