@@ -194,7 +194,7 @@ _PAGE_CHECKS = r"""
     }
   }
   // figures: a cell's image sits in a numbered figure with a caption; every image has real alt text
-  for (const img of article.querySelectorAll("img")) {
+  for (const img of article.querySelectorAll("img:not(.toggler)")) {  // .toggler: Sphinx's +/- of an index
     const src = img.getAttribute("src") || "", alt = (img.getAttribute("alt") || "").trim();
     const file = src.split("/").pop();
     if (alt.split(/\s+/).length < 4 || alt.includes(file) || /\.(png|svg|jpe?g)$/i.test(alt))
