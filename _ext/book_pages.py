@@ -3,7 +3,8 @@
 * **An executed notebook to download.** myst-nb writes each executed chapter to
   ``_build/jupyter_execute/<docname>.ipynb``; this copies it next to the page's sources
   (``_build/html/_sources/<docname>.ipynb``) and gives the theme's download menu an ``.ipynb`` entry, so
-  every chapter downloads with its outputs, as built by the README's build command.
+  every chapter downloads with its outputs, as built by the README's build command, also when the page
+  came from the execution cache (:func:`with_outputs`).
 * **Scripts once.** sphinx-thebe registers its inline configuration script twice, and the second
   ``const THEBE_JS_URL`` is a console error on every page; duplicates are dropped from each page.
 * **Encrypted kernels.** ipykernel warns on stderr ("Kernel is running over TCP without encryption") for
@@ -28,7 +29,6 @@ from __future__ import annotations
 import copy
 import functools
 import re
-import shutil
 from pathlib import Path
 
 from sphinx.application import Sphinx
@@ -46,6 +46,26 @@ def _executed_notebook(app: Sphinx, docname: str) -> Path | None:
     return path if path.is_file() else None
 
 
+def with_outputs(source: Path, cache_path: str) -> bytes:
+    """The executed notebook's bytes, its outputs taken from the execution cache where it has none.
+
+    On a cache hit myst-nb renders the page from the cached outputs but writes the notebook *as read* to
+    ``jupyter_execute/`` (it merges the outputs into a copy), so a rebuild with a warm cache shipped
+    downloads without a single output."""
+    import nbformat
+
+    nb = nbformat.read(source, as_version=4)
+    if not cache_path or any(c.get("outputs") for c in nb.cells if c.cell_type == "code"):
+        return source.read_bytes()
+    try:
+        from jupyter_cache import get_cache
+
+        _, nb = get_cache(cache_path).merge_match_into_notebook(nb)
+    except KeyError:  # no cache record matches (a notebook that was not executed): as written
+        return source.read_bytes()
+    return nbformat.writes(nb).encode("utf-8")
+
+
 def _add_ipynb_download(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
     """Copy the executed notebook beside the page sources and point the theme's download menu at it."""
     if app.builder.format != "html" or doctree is None:
@@ -55,7 +75,7 @@ def _add_ipynb_download(app: Sphinx, pagename: str, templatename: str, context: 
         return
     target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, target)
+    target.write_bytes(with_outputs(source, getattr(app.env.mystnb_config, "execution_cache_path", "")))
     context["ipynb_source"] = f"{pagename}.ipynb"  # read by sphinx-book-theme's add_header_buttons
 
 

@@ -93,3 +93,32 @@ def test_execution_table_says_succeeded_in_words():
     status = execution_tables._key2transform["succeeded"]
     assert (status(True), status(False)) == ("succeeded", "failed")
     assert all(ord(c) < 128 for c in status(True) + status(False))  # no emoji font needed
+
+
+# --- downloads from a warm execution cache ----------------------------------------------------------------
+
+
+def test_a_download_from_the_cache_has_the_cached_outputs(tmp_path):
+    """myst-nb writes a cache hit's notebook without outputs; the download takes them from the cache."""
+    import nbformat
+    from jupyter_cache import get_cache
+
+    executed = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "print(1)", execution_count=1, outputs=[nbformat.v4.new_output("stream", name="stdout", text="1\n")])])
+    executed.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "chapter.ipynb"
+    nbformat.write(executed, path)
+    cache = tmp_path / "cache"
+    get_cache(str(cache)).cache_notebook_file(str(path), check_validity=False)
+    bare = nbformat.from_dict(executed)
+    bare.cells[0].outputs, bare.cells[0].execution_count = [], None
+    written = tmp_path / "written.ipynb"
+    nbformat.write(bare, written)
+    out = nbformat.reads(book_pages.with_outputs(written, str(cache)).decode(), as_version=4)
+    assert out.cells[0].outputs[0]["text"] == "1\n"
+    # a notebook with outputs, or no cache: the file as written
+    assert book_pages.with_outputs(path, str(cache)) == path.read_bytes()
+    assert book_pages.with_outputs(written, "") == written.read_bytes()
+    other = tmp_path / "other.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(2)")]), other)
+    assert book_pages.with_outputs(other, str(cache)) == other.read_bytes()  # no record matches
