@@ -231,7 +231,10 @@ class Stiefel(Manifold):
         except torch.linalg.LinAlgError:
             nan = torch.full((W.shape[0],), float("nan"), dtype=W.dtype, device=W.device)
             return Direction(torch.full_like(W, float("nan")), nan, {k: v for k, v in state.items()}, {})
-        Phi = torch.where(finite[:, None, None], sol.Phi.to(W.dtype), torch.full_like(W, float("nan")))
+        Phi = sol.Phi.to(W.dtype)
+        if self.options.solver != "completion":  # an iterate stopped early (amortized: always) is not tangent,
+            Phi = Phi - W @ _sym(W.mT @ Phi)  # and the retraction's series assumes it is: project (2 products)
+        Phi = torch.where(finite[:, None, None], Phi, torch.full_like(W, float("nan")))
         tangent_norm = torch.where(finite, sol.tangent_norm.to(W.dtype), torch.full_like(finite, float("nan"),
                                                                                           dtype=W.dtype))
         info = {"iterations": torch.full((W.shape[0],), float(sol.iterations), dtype=W.dtype, device=W.device)}
