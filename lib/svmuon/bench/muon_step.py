@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     s = result["step"]
     print(f"n = {args.n}: Muon step {s['muon_step_s'] * 1e3:.1f} ms, msign + momentum {s['msign_plus_momentum_s'] * 1e3:.1f} ms, "
           f"ratio {s['muon_step/msign_plus_momentum']:.3f} (goal <= 1.10)")
-    print(f"OrthogonalMuon step / (msign + momentum + 5 products): {s['orthogonal_muon_step/baseline']:.3f}")
+    print(f"OrthogonalMuon step / (msign + momentum + 7 products): {s['orthogonal_muon_step/baseline']:.3f}")
     print("host syncs per step:", s["host_syncs_per_step"])
     if "import" in result:
         print(f"from svmuon import Muon: {result['import']['seconds_over_torch']:.3f} s over import torch (goal <= 0.3); "
