@@ -239,8 +239,8 @@ def test_recorded_results_support_the_chapter_claims(task):
             curve.update({d: _loss_stats(runs, method, power, d) for d in deltas})
             best = min(curve, key=lambda d: curve[d][0])
             z = {d: (curve[d][0] - curve[best][0]) / math.hypot(curve[d][1], curve[best][1]) for d in (1.2, 2.0, 3.0)}
-            if task == "digits":  # every low target clearly worse; the orthogonal limit best with p ∝ σ
-                assert min(z.values()) > 3 and (power == 2 or best == 0.0)
+            if task == "digits":  # every low target worse by > 2 s.e.; the orthogonal limit best with p ∝ σ
+                assert min(z.values()) > 2 and (power == 2 or best == 0.0)
             else:  # δ = 1.2 near the best, δ >= 2 worse by more than two standard errors
                 assert z[1.2] < 2.5 and min(z[2.0], z[3.0]) > 2
     if task == "digits":
