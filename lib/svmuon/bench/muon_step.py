@@ -31,30 +31,14 @@ from typing import Any, Callable
 import torch
 
 from svmuon._cli import describe, nonnegative_int, output_file, positive_int
-from svmuon.bench._common import output_path, parse_with_smoke, write_result
+from svmuon.bench._common import host_syncs, output_path, parse_with_smoke, write_result
 
 SMOKE = dict(n=16, rounds=2)  # every section (step overhead, host syncs, import time) at a tiny size
-SYNC_METHODS = ("__bool__", "item", "tolist", "__float__", "__int__", "numpy")
-
-
 def count_syncs(fn: Callable[[], Any]) -> int:
-    """Number of host read-backs (``torch.Tensor.__bool__``, ``item``, ...) made by ``fn()``."""
-    calls: list[str] = []
-    saved = {name: getattr(torch.Tensor, name) for name in SYNC_METHODS}
-
-    def wrap(name: str, original: Callable) -> Callable:
-        def wrapper(self, *args, **kwargs):
-            calls.append(name)
-            return original(self, *args, **kwargs)
-        return wrapper
-
-    try:
-        for name, original in saved.items():
-            setattr(torch.Tensor, name, wrap(name, original))
+    """Number of host read-backs (``torch.Tensor.__bool__``, ``item``, ...) made by ``fn()``
+    (``svmuon.bench._common.host_syncs``)."""
+    with host_syncs() as calls:
         fn()
-    finally:
-        for name, original in saved.items():
-            setattr(torch.Tensor, name, original)
     return len(calls)
 
 
