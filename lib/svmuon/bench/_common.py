@@ -115,3 +115,18 @@ def write_result(path: str | Path, name: str, results: Any, **extra: Any) -> Pat
 
     payload = {"benchmark": name, "hardware": hardware(), **extra, "results": results}
     return save(path, payload, indent=2, default=float)
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, *, warmup: bool = False) -> dict[str, list[float]]:
+    """Wall-clock seconds of each ``fns[k]()``, ``rounds`` times, one call of each per round (so a change in the
+    machine's load hits every function alike); ``warmup``: one untimed call of each first."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    if warmup:
+        for fn in fns.values():
+            fn()
+    for _ in range(rounds):
+        for key, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[key].append(time.perf_counter() - t0)
+    return times

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import torch
 
-from svmuon.bench._common import host_syncs
+from svmuon.bench._common import host_syncs, interleaved
 
 __all__ = ["OPTIMIZERS", "BASELINE", "SOLVERS", "step_ratio", "solver_rows", "summarize"]
 
@@ -176,16 +176,6 @@ def _problems(m: int, n: int, seed: int) -> dict[str, tuple]:
     return {"cold": (W, U, None), "warm": (A @ Bh, U2, Y0)}
 
 
-def _interleaved(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for key, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[key].append(time.perf_counter() - t0)
-    return times
-
-
 def solver_rows(shape: tuple[int, int], tol: float, repeats: int, seed: int) -> list[dict[str, Any]]:
     """Every solver of :data:`SOLVERS`, cold and warm, at one Gaussian shape (module docstring)."""
     from svmuon.orthogonal.msign import Orthogonalizer
@@ -197,7 +187,7 @@ def solver_rows(shape: tuple[int, int], tol: float, repeats: int, seed: int) -> 
         for solver in SOLVERS:
             run = lambda: _solve(W, U, solver, tol=tol, Y0=Y0, orthogonalize=pe)  # noqa: E731
             out = run()  # warm-up, and the solution reported
-            times = _interleaved({"solve": run, "msign": lambda: pe(U), "msign_kj5": lambda: kj(U)}, repeats)
+            times = interleaved({"solve": run, "msign": lambda: pe(U), "msign_kj5": lambda: kj(U)}, repeats)
             trace: list = []
             _solve(W, U, solver, tol=tol, Y0=Y0, orthogonalize=pe, trace=trace)
             unit = statistics.median(times["msign"])

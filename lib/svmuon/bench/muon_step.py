@@ -25,13 +25,12 @@ import argparse
 import re
 import subprocess
 import sys
-import time
 from typing import Any, Callable
 
 import torch
 
 from svmuon._cli import describe, nonnegative_int, output_file, positive_int
-from svmuon.bench._common import host_syncs, output_path, parse_with_smoke, write_result
+from svmuon.bench._common import host_syncs, interleaved, output_path, parse_with_smoke, write_result
 
 SMOKE = dict(n=16, rounds=2)  # every section (step overhead, host syncs, import time) at a tiny size
 def count_syncs(fn: Callable[[], Any]) -> int:
@@ -40,18 +39,6 @@ def count_syncs(fn: Callable[[], Any]) -> int:
     with host_syncs() as calls:
         fn()
     return len(calls)
-
-
-def _interleaved(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for fn in fns.values():  # warm-up
-        fn()
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
-    return times
 
 
 def step_overhead(n: int, rounds: int) -> dict[str, Any]:
@@ -82,8 +69,8 @@ def step_overhead(n: int, rounds: int) -> dict[str, Any]:
         for _ in range(7):  # WᵀB and W·[WᵀB]_skew (the tangent buffer), WᵀU, OᵀO, W·update, WᵀW, W·R
             torch.mm(A, A, out=C)
 
-    times = _interleaved({"muon_step": muon.step, "msign_plus_momentum": muon_baseline,
-                          "orthogonal_muon_step": om.step, "orthogonal_baseline": orth_baseline}, rounds)
+    times = interleaved({"muon_step": muon.step, "msign_plus_momentum": muon_baseline,
+                          "orthogonal_muon_step": om.step, "orthogonal_baseline": orth_baseline}, rounds, warmup=True)
     out: dict[str, Any] = {"n": n, "rounds": rounds, "muon_schedule": repr(orth), "orthogonal_schedule": repr(o_orth)}
     for k, v in times.items():
         out[f"{k}_s"] = min(v)
