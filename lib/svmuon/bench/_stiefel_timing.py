@@ -9,6 +9,9 @@ other jobs on a shared machine do not inflate as much). Over the timed rounds, f
 * ``ratio_of_medians`` = median of its step times / median of the baseline's (``svmuon.Muon``) step times;
 * ``ratio_of_minima`` = fastest of its step times / fastest of the baseline's.
 
+Beside the optimizers, the same rounds time :data:`FLOOR`: the default step's two float64 ``eigh`` calls alone, so
+that its ratio to a Muon step is the floor below which the completion's eigh route cannot go on this machine.
+
 Host reads per step are counted as the tests count them (:func:`svmuon.bench._common.host_syncs`) on a few more
 rounds, untimed.
 
@@ -30,10 +33,13 @@ import torch
 
 from svmuon.bench._common import host_syncs, interleaved
 
-__all__ = ["OPTIMIZERS", "BASELINE", "SOLVERS", "step_ratio", "solver_rows", "summarize"]
+__all__ = ["OPTIMIZERS", "FLOOR", "BASELINE", "SOLVERS", "step_ratio", "solver_rows", "summarize"]
 
 BASELINE = "muon"
-OPTIMIZERS = ("muon", "stiefel", "stiefel_matmul", "stiefel_newton", "stiefel_amortized", "geoopt_rsgd")
+OPTIMIZERS = ("muon", "stiefel", "stiefel_matmul", "stiefel_newton", "stiefel_amortized", "geoopt_rsgd", "eigh_floor")
+#: not an optimizer: the two batched float64 n × n eigendecompositions the default step needs (``torch.linalg.eigh``
+#: of the pair's two Gram-sized matrices, twice), timed in the same rounds, the floor of the completion's eigh route
+FLOOR = "eigh_floor"
 #: the Stiefel options of each ManifoldMuon replayed: the default (completion; on the CPU its route is "eigh"), the
 #: completion by matrix products only (the default route on an accelerator), Newton, the amortized dual ascent
 STIEFEL = {"stiefel": {}, "stiefel_matmul": {"route": "newton_schulz"}, "stiefel_newton": {"solver": "newton"},
@@ -41,6 +47,31 @@ STIEFEL = {"stiefel": {}, "stiefel_matmul": {"route": "newton_schulz"}, "stiefel
 GEOOPT_LR = 0.1  # the middle of the geoopt_rsgd grid (svmuon.experiments.stiefel_tasks.GRIDS)
 SOLVERS = ("completion", "newton", "fixed_point_reduced", "fixed_point", "dual_ascent")
 MAX_ITER = {"completion": 0, "newton": 50, "fixed_point_reduced": 200, "fixed_point": 50, "dual_ascent": 100}
+
+
+class _EighFloor:
+    """The completion's two float64 ``eigh`` calls on the pair (stacked ``(2, n, n)``), nothing else: matrices of the
+    recorded gradient's size and spectrum (``GᵀG`` of both matrices in canonical orientation), built untimed at
+    :meth:`load`. Quacks like :class:`_Replay` (``opt.step()`` runs the two calls)."""
+
+    def __init__(self) -> None:
+        self.name, self.opt, self.M = FLOOR, self, None
+
+    def load(self, grads: tuple[torch.Tensor, torch.Tensor]) -> None:
+        grams = [g.mT @ g if g.shape[-2] >= g.shape[-1] else g @ g.mT for g in grads]
+        same = len({tuple(M.shape) for M in grams}) == 1  # the optimizer batches same-shape matrices
+        self.M = [torch.stack(grams).to(torch.float64)] if same else [M.to(torch.float64) for M in grams]
+
+    def step(self) -> None:
+        for _ in range(2):
+            for M in self.M:
+                torch.linalg.eigh(M)
+
+    def iterations(self) -> list[float]:
+        return []
+
+    def defect(self) -> float:
+        return float("nan")
 
 
 class _Replay:
@@ -97,7 +128,7 @@ def step_ratio(workload: Any, names: tuple[str, ...] = OPTIMIZERS, *, warmup: in
                sync_rounds: int = 3) -> dict[str, Any]:
     """Replay ``workload`` (a recorded :class:`~svmuon.bench._workloads.Workload`) with every optimizer of ``names``
     (the baseline first) and time each step (module docstring)."""
-    runs = {name: _Replay(name, workload.start, workload.lr) for name in names}
+    runs = {name: _EighFloor() if name == FLOOR else _Replay(name, workload.start, workload.lr) for name in names}
     first, timed, sync = _rounds(workload.grads, warmup, sync_rounds)
     if not timed:
         raise ValueError(f"no timed rounds: {len(workload.grads)} recorded steps, {warmup} warm-up and {sync_rounds} "

@@ -47,12 +47,14 @@ _SHRINK_ULPS = 8.0
 
 def rotation_start(K: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(Ω₀, f₀)``: ``Ω₀ = [K M₀^{+1/2}]_skew``, ``M₀ = C - K²`` (stage 1), and the dual value
-    ``f₀ = tr(M₀^{1/2})`` at ``Y = 0``, an upper bound on the optimal value. Float64, batched ``(..., n, n)``."""
+    ``f₀ = tr(M₀^{1/2})`` at ``Y = 0``, an upper bound on the optimal value. Float64, batched ``(..., n, n)``
+    (``eigh`` reads one triangle of ``C + KᵀK``)."""
     n = K.shape[-1]
-    lam, V = torch.linalg.eigh(_sym(C - K @ K))
-    root, inv_root = _pinv_powers(lam.clamp_min(0.0))
-    Omega = _skew(K @ (V * inv_root[..., None, :]) @ V.mT)
-    Omega = Omega * (1.0 - _SHRINK_ULPS * n * torch.finfo(WORK_DTYPE).eps)
+    M0 = torch.baddbmm(C, K.mT, K) if K.ndim == 3 else C + K.mT @ K
+    lam, V = torch.linalg.eigh(M0)
+    root, inv_root = _pinv_powers(lam)
+    Z = ((K @ V) * inv_root[..., None, :]) @ V.mT
+    Omega = (Z - Z.mT) * (0.5 * (1.0 - _SHRINK_ULPS * n * torch.finfo(WORK_DTYPE).eps))
     return Omega, root.sum(-1)
 
 
@@ -62,16 +64,19 @@ def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bo
     ``W`` must be a point to the rounding of its dtype, ``G`` finite and of ``W``'s dtype (float32 or float64).
     ``exact_residual`` (the public path) measures ``‖WᵀΦ + ΦᵀW‖_F`` and divides ``Φ`` by ``‖Φ‖₂`` where rounding
     left it above 1 (two more products); otherwise the residual reported is 0, which the construction gives up to
-    rounding, and the optimizer's retraction is exact for any ``Φ``. ``X`` is the multiplier of stage 1 (``-[WᵀG]_sym``), ``Y = 0``.
+    rounding, and the optimizer's retraction is exact for any ``Φ``. ``X`` is the multiplier of stage 1
+    (``-[WᵀG]_sym``), ``Y = 0``.
     """
     red = _reduce_consistent(W, G)
     Omega, dual0 = rotation_start(red.K, red.C)
     comp = _complete(red.K, red.C, Omega)
     dt = G.dtype
-    Phi = W @ Omega.to(dt) + (red.Gp @ comp.N).to(dt)
+    W64 = W if W.dtype == WORK_DTYPE else W.to(WORK_DTYPE)
+    Phi = torch.baddbmm(red.Gp @ comp.N, W64, Omega) if W.ndim == 3 else red.Gp @ comp.N + W64 @ Omega
+    Phi = Phi.to(dt)
     value = comp.value
-    gap = torch.where(value > 0, (dual0 - value) / torch.where(value > 0, value, torch.ones_like(value)),
-                      torch.zeros_like(value)).clamp_min(0.0)
+    positive = value > 0
+    gap = torch.where(positive, (dual0 - value) / torch.where(positive, value, 1.0), 0.0).clamp_min(0.0)
     if exact_residual:  # the public path: ‖Φ‖₂ <= 1 exactly (eigh's relative error on T's small eigenvalues, amplified
         # by N, can leave ‖Φ‖₂² - 1 at ~1e-11 in float64; measured), at the price of one more product
         top = torch.linalg.eigvalsh(_sym((Phi.mT @ Phi).to(WORK_DTYPE))).amax(dim=-1).clamp_min(1.0)

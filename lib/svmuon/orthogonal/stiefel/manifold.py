@@ -222,8 +222,10 @@ class Stiefel(Manifold):
         solved as 0 and gives a NaN direction, which the optimizer's finiteness check reports; a factorisation
         that does not converge (LAPACK) gives one too. Nothing raises."""
         U = U.to(W.dtype)
-        finite = torch.isfinite(U).flatten(1).all(dim=1)
-        U = torch.where(finite[:, None, None], U, torch.zeros_like(U))
+        # one reduction flags a non-finite U (its sum is NaN/Inf; the optimizer's U is scaled to entries <= 1, so a
+        # finite one cannot overflow): it is solved as 0 where not finite, and its direction poisoned with NaN
+        poison = torch.where(torch.isfinite(U.sum(dim=(-2, -1))), 0.0, float("nan"))
+        U = torch.nan_to_num(U, nan=0.0, posinf=0.0, neginf=0.0)
         warm = self._warm(state)
         try:
             sol = solve(W, U, self.options, Y0=None if warm is None else warm[0], warm=None if warm is None else warm[1],
@@ -234,9 +236,8 @@ class Stiefel(Manifold):
         Phi = sol.Phi.to(W.dtype)
         if self.options.solver != "completion":  # an iterate stopped early (amortized: always) is not tangent,
             Phi = Phi - W @ _sym(W.mT @ Phi)  # and the retraction's series assumes it is: project (2 products)
-        Phi = torch.where(finite[:, None, None], Phi, torch.full_like(W, float("nan")))
-        tangent_norm = torch.where(finite, sol.tangent_norm.to(W.dtype), torch.full_like(finite, float("nan"),
-                                                                                          dtype=W.dtype))
+        Phi = Phi + poison[:, None, None]
+        tangent_norm = sol.tangent_norm.to(W.dtype) + poison
         info = {"iterations": torch.full((W.shape[0],), float(sol.iterations), dtype=W.dtype, device=W.device)}
         if sol.gap is not None:
             info["gap"] = sol.gap.to(W.dtype)
