@@ -10,6 +10,7 @@
   the book has parts; the HTML numbers them by chapter (3.1), and so does the PDF here.
 * **Part titles.** The table of contents names the parts "Part I — Singular-value entropy"; LaTeX numbers
   parts itself, so the PDF's part pages read "Part I" over "Singular-value entropy", not "Part I Part I — ...".
+  The chapters of the part captioned "Appendix" (config ``book_pdf_appendix_caption``) are lettered A, B, ...
 * **Proofs.** sphinx-proof sets a proof as a note box with an empty title bar; in the PDF it is the text of
   the proof, "Proof." in italics, ended by a square.
 * **One bibliography.** Sphinx gathers the citations at the end of the LaTeX document, where they open a
@@ -252,6 +253,10 @@ class PartTitlesAndProofs(SphinxPostTransform):
             title = section.children[0] if section.children else None
             if isinstance(title, nodes.title) and _PART.match(title.astext()) and section.get("docname"):
                 title.children = [nodes.Text(_PART.sub("", title.astext()))]
+            elif (isinstance(title, nodes.title) and section.get("docname")
+                  and title.astext() == self.config.book_pdf_appendix_caption):
+                # the appendix part's chapters are lettered A, B, ... as a book's appendices are
+                section.insert(1, nodes.raw("", "\\appendix", format="latex"))
         for box in list(self.document.findall(nodes.admonition)):
             if "proof" not in box["classes"] or not box.children:
                 continue
@@ -304,6 +309,7 @@ def setup(app: Sphinx) -> dict:
     app.add_post_transform(PartTitlesAndProofs)
     app.add_post_transform(OneBibliography)
     app.add_config_value("book_pdf_bibliography_doc", "chapters/appendix/bibliography", "env")
+    app.add_config_value("book_pdf_appendix_caption", "Appendix", "env")  # the part of _toc.yml lettered A, B, ...
     app.connect("builder-inited", _latex_builder_inited, priority=900)
     app.connect("env-get-updated", _latex_counters_by_chapter, priority=900)  # after the collectors (500)
     app.connect("build-finished", _ship_pdf)

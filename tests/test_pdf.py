@@ -76,12 +76,17 @@ def _latex_text(s: str) -> str:
 def test_every_chapter_of_the_table_of_contents_is_in_the_pdf():
     _need_pdf()
     toc = (LATEX / "book.toc").read_text(encoding="utf-8")
-    chapters = [_latex_text(t) for t in re.findall(r"\\contentsline \{chapter\}\{\\numberline \{\d+\}(.+?)\}\{\d+\}", toc)]
+    found = re.findall(r"\\contentsline \{chapter\}\{\\numberline \{(\d+|[A-Z])\}(.+?)\}\{\d+\}", toc)
+    chapters = [_latex_text(t) for _, t in found]
     parts = [_latex_text(t) for t in re.findall(r"\\contentsline \{part\}\{(.+?)\}\{\d+\}", toc)]
     files = _toc_files()
     bibliography = "chapters/appendix/bibliography"  # in the PDF: the unnumbered chapter at the end
     expected = [_title(f) for _, f in files if f != bibliography]
     assert chapters == expected
+    # numbered 1, 2, ... through Part III, then the appendix's chapters lettered A, B, ... (_ext/book_pdf.py)
+    numbered = [f for c, f in files if f != bibliography and c != "Appendix"]
+    letters = [chr(ord("A") + i) for i in range(len(found) - len(numbered))]
+    assert [k for k, _ in found] == [str(i) for i in range(1, len(numbered) + 1)] + letters
     assert re.search(r"\\contentsline \{chapter\}\{Bibliography\}", toc)
     captions = list(dict.fromkeys(c for c, _ in files))
     assert [re.sub(r"^[IVX]+ ", "", p) for p in parts] == [re.sub(r"^Part [IVX]+ — ", "", c) for c in captions]
