@@ -212,6 +212,8 @@ class HtmlTablesForLatex(SphinxPostTransform):
 
 # --- numbering, part titles, proofs -----------------------------------------------------------------------
 
+_APPENDIX = "\\appendix" + "".join(
+    rf"\renewcommand{{\the{c}}}{{\thechapter.\arabic{{{c}}}}}" for c in ("table", "figure", "equation", "literalblock"))
 _PART = re.compile(r"^Part [IVXLC]+\s*[—–-]\s*")
 
 
@@ -255,8 +257,10 @@ class PartTitlesAndProofs(SphinxPostTransform):
                 title.children = [nodes.Text(_PART.sub("", title.astext()))]
             elif (isinstance(title, nodes.title) and section.get("docname")
                   and title.astext() == self.config.book_pdf_appendix_caption):
-                # the appendix part's chapters are lettered A, B, ... as a book's appendices are
-                section.insert(1, nodes.raw("", "\\appendix", format="latex"))
+                # the appendix part's chapters are lettered A, B, ... as a book's appendices are, and so are
+                # the numbers of their tables, figures, equations and code blocks (sphinx.sty writes them with
+                # \arabic{chapter}, which would number Appendix A's tables 1.1, 1.2, ...)
+                section.insert(1, nodes.raw("", _APPENDIX, format="latex"))
         for box in list(self.document.findall(nodes.admonition)):
             if "proof" not in box["classes"] or not box.children:
                 continue
