@@ -111,7 +111,8 @@ def _check_ratios(res):
             r = row["ratio"][clock.removesuffix("_s")]
             assert r["ratio_of_medians"] == statistics.median(t) / statistics.median(base[clock])
             assert r["ratio_of_minima"] == min(t) / min(base[clock])
-        if name not in ("muon", timing.FLOOR):  # every constrained optimizer kept its points on the manifold (float32 rounding)
+        # every constrained optimizer kept its points on the manifold (float32 rounding)
+        if name not in ("muon", timing.FLOOR):
             assert row["defect_end"] < 1e-4
     assert res["optimizers"]["muon"]["host_syncs_per_step"]["max"] == 1  # Muon's one fused check (test_muon.py)
 

@@ -29,6 +29,7 @@ import torch
 from svmuon.orthogonal.stiefel.reduction import (
     WORK_DTYPE,
     StiefelSolution,
+    _addmm,
     _complete,
     _pinv_powers,
     _real,
@@ -50,7 +51,7 @@ def rotation_start(K: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torc
     ``f₀ = tr(M₀^{1/2})`` at ``Y = 0``, an upper bound on the optimal value. Float64, batched ``(..., n, n)``
     (``eigh`` reads one triangle of ``C + KᵀK``)."""
     n = K.shape[-1]
-    M0 = torch.baddbmm(C, K.mT, K) if K.ndim == 3 else C + K.mT @ K
+    M0 = _addmm(C, K.mT, K)
     lam, V = torch.linalg.eigh(M0)
     root, inv_root = _pinv_powers(lam)
     Z = ((K @ V) * inv_root[..., None, :]) @ V.mT
@@ -71,9 +72,7 @@ def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bo
     Omega, dual0 = rotation_start(red.K, red.C)
     comp = _complete(red.K, red.C, Omega)
     dt = G.dtype
-    W64 = W if W.dtype == WORK_DTYPE else W.to(WORK_DTYPE)
-    Phi = torch.baddbmm(red.Gp @ comp.N, W64, Omega) if W.ndim == 3 else red.Gp @ comp.N + W64 @ Omega
-    Phi = Phi.to(dt)
+    Phi = W @ Omega.to(dt) + (red.Gp @ comp.N).to(dt)
     value = comp.value
     positive = value > 0
     gap = torch.where(positive, (dual0 - value) / torch.where(positive, value, 1.0), 0.0).clamp_min(0.0)

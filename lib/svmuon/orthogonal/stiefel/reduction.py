@@ -90,6 +90,13 @@ def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a * b).sum(dim=(-2, -1), keepdim=True)
 
 
+def _addmm(C: torch.Tensor, A: torch.Tensor, B: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+    """``C + alpha·A@B``: one fused ``baddbmm`` for ``(k, ·, ·)`` batches, a product and a sum otherwise."""
+    if A.ndim == 3 and B.ndim == 3 and C.ndim == 3:
+        return torch.baddbmm(C, A, B, alpha=alpha)
+    return C + alpha * (A @ B)
+
+
 def _eye(T: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     return torch.eye(T.shape[-1], dtype=dtype or T.dtype, device=T.device)
 
@@ -150,10 +157,10 @@ def _reduce_consistent(W: torch.Tensor, G: torch.Tensor) -> _Reduced:
     W64, G64 = W.to(WORK_DTYPE), G.to(WORK_DTYPE)
     A = W64.mT @ G64
     E = W64.mT @ W64 - _eye(A)
-    X = torch.baddbmm(A, E, A, alpha=-1.0) if A.ndim == 3 else A - E @ A
-    for _ in range(2):
-        X = torch.baddbmm(A, E, X, alpha=-1.0) if A.ndim == 3 else A - E @ X
-    Gp = torch.baddbmm(G64, W64, X, alpha=-1.0) if A.ndim == 3 else G64 - W64 @ X
+    X = A
+    for _ in range(3):  # X <- A - E X: A - EA, then A - E(A - EA), then the third term
+        X = _addmm(A, E, X, alpha=-1.0)
+    Gp = _addmm(G64, W64, X, alpha=-1.0)
     return _reduced(W, A, Gp, _sym(Gp.mT @ Gp))
 
 
