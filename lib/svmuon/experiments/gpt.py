@@ -1,6 +1,7 @@
 """Both parts of the book on a small transformer: optimizers, entropy during training, a fixed entropy.
 
-``python -m svmuon.experiments gpt [--arms ...] [--seeds 0 1 2] [--size cpu] [--smoke] [--output-dir DIR]``
+``python -m svmuon.experiments gpt [--arms ...] [--seeds 0 1 2] [--size cpu] [--smoke] [--output-dir DIR]
+[--time-budget SECONDS]``
 trains a small decoder-only transformer (``svmuon.experiments._gpt_model``: pre-norm, causal attention
 with separate Q, K, V, O matrices, GELU MLP, tied embeddings) on next-character prediction over the Python
 standard library's own sources (:func:`svmuon.experiments.runs.text_corpus`, a contiguous 80/10/10
@@ -41,6 +42,7 @@ import argparse
 import dataclasses
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -172,13 +174,43 @@ def _muon_rate(folder: Path, size: str) -> float | None:
     return results.load(path, expect={"experiment": NAME}).get("lr") if path.exists() else None
 
 
+class OutOfTime(Exception):
+    """Raised by :class:`TimeBudget` before a run that would not end within the budget."""
+
+
+class TimeBudget:
+    """Wall-clock budget of one invocation: a run starts only if it would end in time, judged by the longest
+    run so far (the first run always starts). Every finished run is saved, so the same command resumes.
+
+    Args:
+        seconds: the budget (``None``: unlimited).
+        clock: a monotonic clock in seconds (a test passes a fake one).
+    """
+
+    def __init__(self, seconds: float | None, clock: Any = time.monotonic) -> None:
+        self._clock, self._end = clock, None if seconds is None else clock() + seconds
+        self.longest, self.done = 0.0, 0
+
+    def start(self) -> float:
+        """The start time of a run; raises :class:`OutOfTime` when a run as long as the longest would overrun."""
+        now = self._clock()
+        if self._end is not None and self.done and now + self.longest > self._end:
+            raise OutOfTime(f"{self.done} runs done; the next would pass the time budget")
+        return now
+
+    def finish(self, started: float) -> None:
+        self.longest, self.done = max(self.longest, self._clock() - started), self.done + 1
+
+
 def run_arm(arm: str, size_name: str, size: gt.Size, grid: list[float], folder: Path, data: dict[str, Any], *,
             seeds: list[int], deltas: tuple[float, ...], scope_deltas: tuple[float, ...], note: str = "",
-            baseline_draws: int = 64) -> dict[str, Any]:
+            baseline_draws: int = 64, budget: TimeBudget | None = None) -> dict[str, Any]:
     """Tune (seed 0), then run the final plan of one arm, saving after every run; finished runs are skipped.
 
     ``size_name`` names the file (``gpt-<size_name>-<arm>.json``), ``size`` is its configuration and
-    ``grid`` the arm's learning rates."""
+    ``grid`` the arm's learning rates. Raises :class:`OutOfTime` from ``budget`` (after saving every finished
+    run) when the next run would overrun it."""
+    budget = budget or TimeBudget(None)
     path = results_path(folder, size_name, arm)
     ident = identity(arm, size_name, size, grid)
     doc = previous(path, ident) or {**ident, "note": note, "data": data["info"],
@@ -189,6 +221,7 @@ def run_arm(arm: str, size_name: str, size: gt.Size, grid: list[float], folder: 
     def run(specs: list[dict[str, Any]], what: str) -> None:
         todo = [s for s in specs if _key(s) not in done]
         for spec in tqdm(todo, desc=f"{arm}: {what}", leave=False):
+            started = budget.start()
             muon_lr = None
             if arm == "stiefel-attention" or (arm == "fixed-entropy" and spec["scope"] != "all"):
                 muon_lr = _muon_rate(folder, size_name)
@@ -200,6 +233,7 @@ def run_arm(arm: str, size_name: str, size: gt.Size, grid: list[float], folder: 
             done.add(_key(spec))
             doc["environment"] = runs.environment()
             _save(path, doc)
+            budget.finish(started)
 
     run(tuning_plan(arm, grid), "tuning")
     doc["lr"] = _best(doc["runs"], grid)
@@ -228,6 +262,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--smoke", action="store_true", help="every code path in seconds: a tiny model, 6 steps, two "
                    "rates of each grid, the --size's device and precision (gpu: bf16 autocast, also on a CPU)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1: one process per core)")
+    p.add_argument("--time-budget", type=float_in(0.0), default=None, metavar="SECONDS",
+                   help="start a run only if it would end within SECONDS of the start, judged by the longest "
+                   "run so far; finished runs are saved, so the same command resumes (default: no limit)")
     p.add_argument("--note", default=None, help="a note stored in every results file (default: none; the "
                    "pilot size stores its pilot note)")
     return p
@@ -272,12 +309,18 @@ def main(argv: list[str] | None = None) -> int:
     size_name, size, folder, grids = args.plan
     note = args.note if args.note is not None else (PILOT_NOTE if size_name == "pilot" else "")
     data = gt.load_data(size)
+    budget = TimeBudget(args.time_budget)
     for arm in args.arms:
-        doc = run_arm(arm, size_name, size, grids[arm], folder, data,
-                      seeds=args.seeds[:2] if args.smoke else args.seeds,
-                      deltas=tuple(args.deltas[:2] if args.smoke else args.deltas),
-                      scope_deltas=tuple(args.scope_deltas[:1] if args.smoke else args.scope_deltas),
-                      note=note, baseline_draws=4 if args.smoke else 64)
+        try:
+            doc = run_arm(arm, size_name, size, grids[arm], folder, data,
+                          seeds=args.seeds[:2] if args.smoke else args.seeds,
+                          deltas=tuple(args.deltas[:2] if args.smoke else args.deltas),
+                          scope_deltas=tuple(args.scope_deltas[:1] if args.smoke else args.scope_deltas),
+                          note=note, baseline_draws=4 if args.smoke else 64, budget=budget)
+        except OutOfTime as stop:
+            print(f"stopped by --time-budget at arm {arm}: {stop}; the same command resumes "
+                  f"(results in {folder})")
+            return 0
         print(f"{arm}: {len(doc['runs'])} runs, lr {doc['lr']:g}, in {results_path(folder, size_name, arm)}")
     return 0
 
