@@ -296,6 +296,9 @@ def test_recorded_study_supports_the_chapter_claims():
     best = min(points, key=lambda p: _stats(_tuned(fe, delta=p[1], scope=p[0]))[0])
     d, se = _diff(_tuned(fe, delta=best[1], scope=best[0]), loss["muon"])
     assert d > 2 * se, (best, d, se)
-    # every fixed matrix at its target entropy to float32 rounding: the monitor's float32 SVD perturbs each p_i
-    # by about ε₃₂ relative, so H by at most about k·ε₃₂ = 128 · 6e-8 ≈ 8e-6 (the chapter prints the largest)
-    assert max(r["max_entropy_error"] for r in fe["runs"]) < 1e-5
+    # every fixed matrix at its target entropy up to the monitor's float32 SVD, which moves each σ_i by at most
+    # c·ε₃₂·σ_max (Weyl; c the SVD's backward-error constant), so H by at most 2c·k·ε₃₂·p_max·(1 + |log p_min|):
+    # for the near-flat spectra (δ <= 0.42: p_max <= 0.03, p_min >= 7e-4) that is 6e-6·c, for the peaked δ = 1.2
+    # ones (p_max ≈ 0.07, p_min ≈ 1e-5 at the start) 1.3e-5·c; with c up to 10 (k = 128): 1e-4 and 1e-3
+    for r in fe["runs"]:
+        assert r["max_entropy_error"] < (1e-4 if r["delta"] <= 0.42 else 1e-3), (r["delta"], r["max_entropy_error"])
