@@ -121,14 +121,14 @@ def test_time_budget_starts_a_run_only_if_it_would_end_in_time():
 
 
 def test_prepared_gpu_session_script_is_valid_and_its_commands_parse(tmp_path, capsys):
-    """benchmarks/gpu-session.sh (run on a lent GPU): bash syntax, and its two commands' options exist."""
+    """benchmarks/on-gpu.sh (run on a lent GPU): bash syntax, and its two commands' options exist."""
     import shutil
     import subprocess
 
     from svmuon._paths import repo_root
     from svmuon.bench import gpu as bench_gpu
 
-    script = repo_root() / "benchmarks" / "gpu-session.sh"
+    script = repo_root() / "benchmarks" / "on-gpu.sh"
     if shutil.which("bash"):
         subprocess.run(["bash", "-n", str(script)], check=True)
     text = script.read_text()

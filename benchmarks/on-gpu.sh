@@ -6,7 +6,7 @@
 #      (every finished run is saved; --time-budget starts a run only if it would end in time) -> $OUT/gpt/
 # What comes back is committed: the benchmark to benchmarks/results/, the GPT files to experiments/partial/
 # (to experiments/results/ once every arm is complete, which takes several such sessions).
-# Usage (repository root): OUT=/some/folder [SESSION_S=540] bash benchmarks/gpu-session.sh
+# Usage (repository root): OUT=/some/folder [SESSION_S=540] bash benchmarks/on-gpu.sh
 # SESSION_S is the whole session's wall-clock budget; the first GPT run always starts (its length is unknown
 # until one has run), so leave the length of one run under the command's hard limit.
 set -euo pipefail
