@@ -28,8 +28,8 @@ Each results file also holds the Gaussian reference of every layer shape: the la
 
 Results: one file per arm, ``experiments/results/gpt-<size>-<arm>.json`` (resumable: finished runs are kept
 and skipped; a file of other settings is refused), with hardware, versions and date. Sizes: ``cpu`` (the
-study), ``pilot`` (a smaller model, 300 steps: a stand-in until the study is recorded), ``gpu`` (a larger
-model on the whole standard library, bf16 autocast on CUDA), ``smoke`` (seconds). Arms that need Muon's
+study), ``pilot`` (a smaller model, 300 steps, recorded beside the study as a check of its verdicts),
+``gpu`` (a larger model on the whole standard library, bf16 autocast on CUDA), ``smoke`` (seconds). Arms that need Muon's
 tuned rate (``stiefel-attention``, ``fixed-entropy``'s partial scopes) read it from the ``muon`` file.
 
 References: liu2025moonlight, su2025entropy, jordan2024muon, loshchilov2019decoupled, radford2019language,
