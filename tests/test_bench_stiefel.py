@@ -9,6 +9,7 @@ import statistics
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from svmuon.bench import _stiefel_quality as quality
 from svmuon.bench import _stiefel_timing as timing
@@ -102,6 +103,40 @@ def test_step_ratio_replays_every_optimizer():
     assert res["optimizers"]["stiefel_newton"]["solver_iterations"]["mean"] >= 1
 
 
+class _AllOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_kernel_floor_replays_the_steps_linear_algebra_and_nothing_else():
+    w = _tiny_workload()
+    floor = timing._Kernels("stiefel_kernels", w.start, w.lr)
+    floor.load(w.grads[0])
+    names = [func.overloadpacket.__name__ for func, _, _ in floor.calls]
+    assert all(n.removesuffix("_") in timing.KERNEL_OPS for n in names)
+    # the completion's two n × n eigendecompositions (completion.py) per batch: 12×4 and 10×4 (the wide 4×10 seen
+    # transposed) are two batches
+    assert names.count("_linalg_eigh") == 2 * 2
+    with _AllOps() as seen:  # the replay dispatches exactly the recorded calls: no elementwise work, no copies
+        floor.opt.step()
+    assert seen.names == names
+    # the private optimizer follows the stream: after one step it is where a plain replay of the same step is
+    ref = timing._Replay("stiefel", w.start, w.lr)
+    ref.load(w.grads[0])
+    ref.opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(ref.params, floor.source.params))
+    # Muon's floor: one quintic Newton–Schulz iteration is three products, per step and matrix
+    muon = timing._Kernels("muon_kernels", w.start, w.lr)
+    muon.load(w.grads[0])
+    steps = muon.source.opt.param_groups[0]["ns_steps"]
+    assert len(muon.calls) == 3 * steps * len(w.start)
+
+
 def _check_ratios(res):
     base = res["optimizers"]["muon"]["times"]
     for name, row in res["optimizers"].items():
@@ -112,7 +147,7 @@ def _check_ratios(res):
             assert r["ratio_of_medians"] == statistics.median(t) / statistics.median(base[clock])
             assert r["ratio_of_minima"] == min(t) / min(base[clock])
         # every constrained optimizer kept its points on the manifold (float32 rounding)
-        if name not in ("muon", timing.FLOOR):
+        if name not in ("muon", timing.FLOOR, *timing.KERNELS):
             assert row["defect_end"] < 1e-4
     assert res["optimizers"]["muon"]["host_syncs_per_step"]["max"] == 1  # Muon's one fused check (test_muon.py)
 

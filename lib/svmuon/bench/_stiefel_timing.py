@@ -9,8 +9,12 @@ other jobs on a shared machine do not inflate as much). Over the timed rounds, f
 * ``ratio_of_medians`` = median of its step times / median of the baseline's (``svmuon.Muon``) step times;
 * ``ratio_of_minima`` = fastest of its step times / fastest of the baseline's.
 
-Beside the optimizers, the same rounds time :data:`FLOOR`: the default step's two float64 ``eigh`` calls alone, so
-that its ratio to a Muon step is the floor below which the completion's eigh route cannot go on this machine.
+Beside the optimizers, the same rounds time two kinds of floor. :data:`FLOOR`: the default step's two float64
+``eigh`` calls alone. :data:`KERNELS`: every dense linear-algebra call of one optimizer's step (the products and
+factorisations of :data:`KERNEL_OPS`), recorded as that optimizer steps on the round's gradients (untimed) and then
+replayed alone on copies of the same operands (timed): the step's arithmetic without the elementwise work, the
+checks and the Python around it. Its ratio to a Muon step is the cost below which no implementation of the same
+algorithm with the same kernels can go on this machine, however well it fuses the rest.
 
 Host reads per step are counted as the tests count them (:func:`svmuon.bench._common.host_syncs`) on a few more
 rounds, untimed.
@@ -31,15 +35,27 @@ from typing import Any, Callable
 
 import torch
 
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from svmuon.bench._common import host_syncs, interleaved
 
-__all__ = ["OPTIMIZERS", "FLOOR", "BASELINE", "SOLVERS", "step_ratio", "solver_rows", "summarize"]
+__all__ = ["OPTIMIZERS", "FLOOR", "KERNELS", "KERNEL_OPS", "BASELINE", "SOLVERS", "step_ratio", "solver_rows",
+           "summarize"]
 
 BASELINE = "muon"
-OPTIMIZERS = ("muon", "stiefel", "stiefel_matmul", "stiefel_newton", "stiefel_amortized", "geoopt_rsgd", "eigh_floor")
+OPTIMIZERS = ("muon", "stiefel", "stiefel_matmul", "stiefel_newton", "stiefel_amortized", "geoopt_rsgd", "eigh_floor",
+              "muon_kernels", "stiefel_kernels", "geoopt_kernels")
 #: not an optimizer: the two batched float64 n × n eigendecompositions the default step needs (``torch.linalg.eigh``
 #: of the pair's two Gram-sized matrices, twice), timed in the same rounds, the floor of the completion's eigh route
 FLOOR = "eigh_floor"
+#: not optimizers either: the dense linear algebra of the named optimizer's step alone (:class:`_Kernels`)
+KERNELS = {"muon_kernels": "muon", "stiefel_kernels": "stiefel", "geoopt_kernels": "geoopt_rsgd"}
+#: the aten operations a kernel floor keeps (matched without an in-place ``_`` suffix): products, factorisations,
+#: solves. Everything else (elementwise work, reductions, copies, views) is what a fused implementation could save.
+KERNEL_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm", "addbmm", "dot", "mv", "_linalg_eigh", "linalg_eigh",
+                        "linalg_cholesky_ex", "_linalg_svd", "linalg_qr", "_linalg_solve_ex", "linalg_solve_ex",
+                        "linalg_lu_factor_ex", "linalg_lu_solve", "linalg_solve_triangular", "cholesky_solve",
+                        "linalg_inv_ex", "_linalg_det", "linalg_householder_product"})
 #: the Stiefel options of each ManifoldMuon replayed: the default (completion; on the CPU its route is "eigh"), the
 #: completion by matrix products only (the default route on an accelerator), Newton, the amortized dual ascent
 STIEFEL = {"stiefel": {}, "stiefel_matmul": {"route": "newton_schulz"}, "stiefel_newton": {"solver": "newton"},
@@ -124,11 +140,62 @@ def _rounds(grads: list, warmup: int, sync_rounds: int) -> tuple[list, list, lis
     return grads[:warmup], grads[warmup:timed_end], (sync * sync_rounds)[:sync_rounds]
 
 
+class _KernelCalls(TorchDispatchMode):
+    """Inside the block, record every :data:`KERNEL_OPS` call with copies of its tensor operands (``calls``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[Any, list, dict]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's protocol)
+        kwargs = kwargs or {}
+        if func.overloadpacket.__name__.removesuffix("_") in KERNEL_OPS:
+            copy = lambda a: a.clone() if isinstance(a, torch.Tensor) else a  # noqa: E731
+            self.calls.append((func, [copy(a) for a in args], {k: copy(v) for k, v in kwargs.items()}))
+        return func(*args, **kwargs)
+
+
+class _Kernels:
+    """One optimizer's step reduced to its dense linear algebra (module docstring): :meth:`load` steps a private
+    :class:`_Replay` of that optimizer on the round's gradients (untimed; it follows the same stream as the timed
+    one) and records its :data:`KERNEL_OPS` calls; ``opt.step()`` replays them on fresh copies of the operands,
+    nothing else. Quacks like :class:`_Replay`."""
+
+    def __init__(self, name: str, start: tuple[torch.Tensor, torch.Tensor], lr: float) -> None:
+        self.name, self.opt = name, self
+        self.source = _Replay(KERNELS[name], start, lr)
+        self.calls: list[tuple[Any, list, dict]] = []
+
+    def load(self, grads: tuple[torch.Tensor, torch.Tensor]) -> None:
+        self.source.load(grads)
+        with _KernelCalls() as recorder:
+            self.source.opt.step()
+        self.calls = recorder.calls
+
+    def step(self) -> None:
+        for func, args, kwargs in self.calls:
+            func(*args, **kwargs)
+
+    def iterations(self) -> list[float]:
+        return []
+
+    def defect(self) -> float:
+        return float("nan")
+
+
+def _run(name: str, workload: Any) -> Any:
+    if name == FLOOR:
+        return _EighFloor()
+    if name in KERNELS:
+        return _Kernels(name, workload.start, workload.lr)
+    return _Replay(name, workload.start, workload.lr)
+
+
 def step_ratio(workload: Any, names: tuple[str, ...] = OPTIMIZERS, *, warmup: int = 20,
                sync_rounds: int = 3) -> dict[str, Any]:
     """Replay ``workload`` (a recorded :class:`~svmuon.bench._workloads.Workload`) with every optimizer of ``names``
     (the baseline first) and time each step (module docstring)."""
-    runs = {name: _EighFloor() if name == FLOOR else _Replay(name, workload.start, workload.lr) for name in names}
+    runs = {name: _run(name, workload) for name in names}
     first, timed, sync = _rounds(workload.grads, warmup, sync_rounds)
     if not timed:
         raise ValueError(f"no timed rounds: {len(workload.grads)} recorded steps, {warmup} warm-up and {sync_rounds} "

@@ -63,6 +63,12 @@ DEFINITIONS = {
     "residual_before": "||W^T Phi + Phi^T W||_F of the direction the solver returned, before it is made feasible",
     "solver_iterations": "ManifoldMuon's info['iterations'] of each step (the most over the step's batch, both "
                          "matrices), mean and max over the timed rounds",
+    "eigh_floor": "not an optimizer: the default Stiefel step's two float64 eigh calls alone, on matrices of the "
+                  "recorded gradients' size and spectrum, timed in the same rounds",
+    "kernels": "muon_kernels, stiefel_kernels, geoopt_kernels: not optimizers: every dense linear-algebra call "
+               "(products, factorisations, solves; _stiefel_timing.KERNEL_OPS) of that optimizer's step on the "
+               "round's gradients, recorded untimed and replayed alone on copies of their operands, timed in the "
+               "same rounds: the step's arithmetic without its elementwise work, checks and Python",
     "targets": "the issue's targets per workload and Stiefel optimizer: step ratio (thread time, ratio of medians) "
                "<= 1.5, host reads per step <= 1, largest gap of its direction over the sampled instances <= 1e-6 "
                "(completion and Newton as the optimizer runs them, float32; the amortized dual ascent made feasible)",
