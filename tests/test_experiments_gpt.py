@@ -48,7 +48,7 @@ def test_every_parameter_has_one_optimizer_and_manifold_arms_start_on_it(arm, sc
                 for p in g["params"]:
                     assert float(Stiefel().defect(p.detach()).max()) < 1e-5  # float32 polar factor / QR
     fixed = [(n, m) for n, m in model.hidden().items() if hasattr(m, "h")]
-    assert len(fixed) == {"all": 12, "attention": 8, "mlp": 4}[scope] * (arm == "fixed-entropy")
+    assert len(fixed) == {"all": 12, "attention": 8, "mlp": 4}[scope] * (arm in gt.FIXED_ARMS)
     for name, m in fixed:
         W = m.weight().detach().double()
         assert abs(float(singular_value_entropy(W)) - (math.log(min(W.shape)) - 0.42)) < 1e-5  # float32 factors
@@ -69,6 +69,18 @@ def test_fixed_entropy_layers_keep_the_plain_frobenius_norm_and_batched_spectra_
     model._forward_pre_hooks.update(hooks[0]), model._forward_hooks.update(hooks[1])
     assert torch.allclose(hooked, plain, rtol=0, atol=1e-6)  # float32 rounding of the same products
     assert all(m.cached_sigma is None for m in model.hidden().values())  # cleared after the pass
+
+
+@pytest.mark.parametrize("delta", [0.0, 1.2])
+def test_unit_scale_fixed_entropy_layers_start_at_a_stiefel_matrix_norm(delta):
+    # ‖W‖_F² = k, so at δ = 0 (a flat spectrum) every singular value is 1, as for the Stiefel arm's matrices
+    model, _ = gt.build("fixed-entropy-unit", CFG, seed=0, lr=0.01, delta=delta)
+    for name, m in model.hidden().items():
+        W = m.weight().detach().double()
+        sv = torch.linalg.svdvals(W)
+        assert float((sv**2).sum()) == pytest.approx(min(W.shape), rel=1e-5), name  # float32 factors
+        if delta == 0.0:
+            assert torch.allclose(sv, torch.ones_like(sv), rtol=0, atol=1e-5), name
 
 
 def test_learning_rate_schedule():
@@ -265,7 +277,7 @@ def test_recorded_study_supports_the_chapter_claims():
         assert sorted({r["lr"] for r in doc["runs"] if r["seed"] == 0}) == sorted(doc["grid"]), arm
         assert doc["lr"] not in (min(doc["grid"]), max(doc["grid"])), f"{arm} chose an end of its grid"
         assert len(_tuned(doc)) == 3, arm
-    loss = {arm: _tuned(doc) for arm, doc in docs.items() if arm != "fixed-entropy"}
+    loss = {arm: _tuned(doc) for arm, doc in docs.items() if arm not in gt.FIXED_ARMS}
     for a, b in [("muon", "adamw"), ("muon", "stiefel"), ("muon", "stiefel-attention"),
                  ("stiefel-attention", "stiefel"), ("stiefel", "adamw")]:
         d, se = _diff(loss[a], loss[b])
@@ -292,13 +304,23 @@ def test_recorded_study_supports_the_chapter_claims():
     for scope in ("all", "attention", "mlp"):
         d, se = _diff(_tuned(fe, delta=0.42, scope=scope), _tuned(fe, delta=0.0, scope=scope))
         assert d < -2 * se, (scope, d, se)
-    points = {(r["scope"], r["delta"]) for r in fe["runs"] if r["lr"] == fe["lr"]}
-    best = min(points, key=lambda p: _stats(_tuned(fe, delta=p[1], scope=p[0]))[0])
-    d, se = _diff(_tuned(fe, delta=best[1], scope=best[0]), loss["muon"])
-    assert d > 2 * se, (best, d, se)
+    # started at unit singular values the order reverses: log k beats log k - 0.42, which beats log k - 1.2,
+    # and the plain start's δ = 0 ends above the unit start's
+    fu = docs["fixed-entropy-unit"]
+    for worse, better in ((0.42, 0.0), (1.2, 0.42)):
+        d, se = _diff(_tuned(fu, delta=worse), _tuned(fu, delta=better))
+        assert d > 2 * se, (worse, better, d, se)
+    d, se = _diff(_tuned(fe, delta=0.0), _tuned(fu, delta=0.0))
+    assert d > 2 * se, ("initial scale", d, se)
+    # the best fixed point of either arm is unit-scale δ = 0, and it stays behind free Muon
+    points = [(doc, r["scope"], r["delta"]) for doc in (fe, fu) for r in doc["runs"] if r["lr"] == doc["lr"]]
+    best = min(points, key=lambda p: _stats(_tuned(p[0], delta=p[2], scope=p[1]))[0])
+    assert best[0] is fu and best[2] == 0.0, best[1:]
+    d, se = _diff(_tuned(fu, delta=0.0), loss["muon"])
+    assert d > 2 * se, (d, se)
     # every fixed matrix at its target entropy up to the monitor's float32 SVD, which moves each σ_i by at most
     # c·ε₃₂·σ_max (Weyl; c the SVD's backward-error constant), so H by at most 2c·k·ε₃₂·p_max·(1 + |log p_min|):
     # for the near-flat spectra (δ <= 0.42: p_max <= 0.03, p_min >= 7e-4) that is 6e-6·c, for the peaked δ = 1.2
     # ones (p_max ≈ 0.07, p_min ≈ 1e-5 at the start) 1.3e-5·c; with c up to 10 (k = 128): 1e-4 and 1e-3
-    for r in fe["runs"]:
+    for r in fe["runs"] + fu["runs"]:
         assert r["max_entropy_error"] < (1e-4 if r["delta"] <= 0.42 else 1e-3), (r["delta"], r["max_entropy_error"])

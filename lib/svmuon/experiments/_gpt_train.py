@@ -14,13 +14,17 @@ from tqdm import tqdm  # plain tqdm: tqdm.auto warns in a notebook without ipywi
 from svmuon.experiments._gpt_model import ATTENTION, GPT, KINDS, MLP, GPTConfig, kind_of, plain_linear
 from svmuon.experiments.fixed_entropy_model import FixedEntropyLinear
 
-ARMS = ("adamw", "muon", "stiefel", "stiefel-attention", "fixed-entropy")
+ARMS = ("adamw", "muon", "stiefel", "stiefel-attention", "fixed-entropy", "fixed-entropy-unit")
+#: the fixed-entropy arms and the initial scale of their layers: ``plain``, the Frobenius norm of the plain
+#: Gaussian layer it replaces (``‖W‖_F² = std² n_in n_out``); ``unit``, that of a Stiefel matrix (``‖W‖_F² = k``:
+#: every singular value 1 at δ = 0, where the Stiefel arm starts)
+FIXED_ARMS = {"fixed-entropy": "plain", "fixed-entropy-unit": "unit"}
 SCOPES = {"all": KINDS, "attention": ATTENTION, "mlp": MLP}  # which hidden matrices a fixed-entropy run fixes
 OTHER_LR = 3e-3  # AdamW on the embeddings and gains (and z, scale) in every arm but plain AdamW
 WEIGHT_DECAY = 0.1  # decoupled, on >= 2-D tensors (matrices, embeddings) for AdamW and Muon; none on manifolds
 BETAS = (0.9, 0.95)
 MOMENTUM = 0.95  # Muon and ManifoldMuon (Nesterov)
-MUON_HIDDEN = {"muon", "stiefel-attention", "fixed-entropy"}  # arms that may train some hidden matrices with Muon
+MUON_HIDDEN = {"muon", "stiefel-attention", *FIXED_ARMS}  # arms that may train some hidden matrices with Muon
 
 
 @dataclass(frozen=True)
@@ -154,12 +158,13 @@ def build(arm: str, cfg: GPTConfig, seed: int, lr: float, *, delta: float = 0.0,
     hidden matrices that ``stiefel-attention`` and a partial fixed-entropy scope train with Muon."""
     from svmuon.orthogonal.stiefel import Stiefel
 
-    fixed = set(SCOPES[scope]) if arm == "fixed-entropy" else set()
+    fixed = set(SCOPES[scope]) if arm in FIXED_ARMS else set()
     gen = torch.Generator().manual_seed(seed + 2000)
 
     def make_linear(n_in: int, n_out: int, kind: str, std: float) -> torch.nn.Module:
-        if kind in fixed:  # entropy log k - δ (p ∝ σ), learned spectrum, the plain layer's Frobenius norm
-            return _DenseFixedEntropyLinear(n_in, n_out, delta, 1, True, gen, bias=False, gain=std**2 * n_in)
+        if kind in fixed:  # entropy log k - δ (p ∝ σ), learned spectrum, the initial scale of FIXED_ARMS
+            gain = std**2 * n_in if FIXED_ARMS[arm] == "plain" else min(n_in, n_out) / n_out
+            return _DenseFixedEntropyLinear(n_in, n_out, delta, 1, True, gen, bias=False, gain=gain)
         return plain_linear(n_in, n_out, kind, std)
 
     model = GPT(cfg, seed, make_linear)
@@ -184,7 +189,7 @@ def build(arm: str, cfg: GPTConfig, seed: int, lr: float, *, delta: float = 0.0,
         if others:
             groups["mlp"] = _muon(others, _need(muon_lr, arm))
             mats = mats + others
-    elif arm == "fixed-entropy":
+    elif arm in FIXED_ARMS:
         mats = [p for n, m in hidden.items() if kind_of(n) in fixed for p in (m.U, m.V)]
         groups = {"hidden": _stiefel(mats, lr)}
         others = [m.weight for n, m in hidden.items() if kind_of(n) not in fixed]
@@ -287,7 +292,7 @@ def train(arm: str, data: dict[str, Any], size: Size, lr: float, seed: int, *, d
     clock, curve, run_loss = _Clock(device), [], []
     monitor.record(0)
     curve.append({"step": 0, "time_s": 0.0, "val_loss": evaluate(model, Xv, Yv, size.amp), "train_loss": None})
-    label = f"{arm} lr={lr:g} s={seed}" + (f" δ={delta:g} {scope}" if arm == "fixed-entropy" else "")
+    label = f"{arm} lr={lr:g} s={seed}" + (f" δ={delta:g} {scope}" if arm in FIXED_ARMS else "")
     for step in tqdm(range(size.steps), desc=label, leave=False, disable=not progress):
         X, Y = (t.to(device) for t in random_batch(data["train"], size.batch, T, gen))
         loss, diverged = _step(model, opts, base, X, Y, lr_factor(step, size), size.amp, clock)

@@ -5,7 +5,7 @@
 trains a small decoder-only transformer (``svmuon.experiments._gpt_model``: pre-norm, causal attention
 with separate Q, K, V, O matrices, GELU MLP, tied embeddings) on next-character prediction over the Python
 standard library's own sources (:func:`svmuon.experiments.runs.text_corpus`, a contiguous 80/10/10
-split) under five *arms*:
+split) under six *arms*:
 
 * ``adamw``: AdamW on everything;
 * ``muon``: :class:`~svmuon.optim.muon.Muon` on the hidden matrices (Q, K, V, O, MLP in, MLP out), AdamW on the rest;
@@ -14,7 +14,10 @@ split) under five *arms*:
 * ``stiefel-attention``: Stiefel on Q, K, V, O; Muon on the MLP matrices at Muon's tuned rate;
 * ``fixed-entropy``: every hidden matrix (scope ``all``), or only the attention or only the MLP matrices, is a
   :class:`~svmuon.experiments.fixed_entropy.FixedEntropyLinear` with entropy exactly ``log k - δ`` (p ∝ σ, learned spectrum);
-  its factors U, V are trained by ManifoldMuon(Stiefel), the other hidden matrices by Muon.
+  its factors U, V are trained by ManifoldMuon(Stiefel), the other hidden matrices by Muon. Each layer starts
+  at the Frobenius norm of the plain Gaussian layer it replaces;
+* ``fixed-entropy-unit``: the same, started at the Frobenius norm of a Stiefel matrix (every singular value 1 at
+  δ = 0, where the Stiefel arm starts): the check that separates the initial scale from the constraint.
 
 "The rest" (embeddings, RMSNorm gains, the spectra's logits and scales) is trained by AdamW at a fixed rate
 (``OTHER_LR``) in every arm but plain AdamW. Equal tuning effort: each arm tunes one learning rate from a
@@ -67,12 +70,14 @@ GRIDS = {  # the study's (cpu, gpu): set from the pilot's choices (an arm that c
     "stiefel": [0.005, 0.01, 0.02, 0.04],  # spectral-norm step lengths
     "stiefel-attention": [0.005, 0.01, 0.02, 0.04],
     "fixed-entropy": [0.005, 0.01, 0.02, 0.04],
+    "fixed-entropy-unit": [0.005, 0.01, 0.02, 0.04],
 }
 PILOT_GRIDS = {"adamw": [1e-3, 2e-3, 4e-3, 8e-3], "muon": [1e-3, 2e-3, 4e-3, 8e-3], "stiefel": [0.01, 0.02, 0.04, 0.08],
-               "stiefel-attention": [0.01, 0.02, 0.04, 0.08], "fixed-entropy": [0.01, 0.02, 0.04, 0.08]}
+               "stiefel-attention": [0.01, 0.02, 0.04, 0.08], "fixed-entropy": [0.01, 0.02, 0.04, 0.08],
+               "fixed-entropy-unit": [0.01, 0.02, 0.04, 0.08]}
 DELTAS = (0.0, 0.42, 1.2)  # δ = log k - h of the fixed-entropy runs, scope "all"; 0.42 ≈ 1 - γ (su2025entropy)
 SCOPE_DELTAS = (0.0, 0.42)  # the check: only attention, or only the MLP, fixed
-NEEDS_MUON = ("stiefel-attention", "fixed-entropy")
+NEEDS_MUON = ("stiefel-attention", *gt.FIXED_ARMS)
 PILOT_NOTE = ("PILOT: a smaller model (d_model 64, 2 layers, context 32, batch 16) and short runs (300 steps), "
               "recorded on a shared, busy 2-core machine so that the chapter builds; timings are not clean and "
               "every verdict is provisional. The study is --size cpu.")
@@ -150,8 +155,8 @@ def tuning_plan(arm: str, grid: list[float]) -> list[dict[str, Any]]:
 
 def final_plan(arm: str, lr: float, seeds: list[int], deltas: tuple[float, ...],
                scope_deltas: tuple[float, ...]) -> list[dict[str, Any]]:
-    """The runs at the tuned rate: every seed; for ``fixed-entropy`` every δ (scope all) and the checks."""
-    if arm != "fixed-entropy":
+    """The runs at the tuned rate: every seed; for a fixed-entropy arm every δ (scope all) and the checks."""
+    if arm not in gt.FIXED_ARMS:
         return [dict(lr=lr, seed=s, delta=0.0, scope="all") for s in seeds]
     runs = [dict(lr=lr, seed=s, delta=d, scope="all") for d in deltas for s in seeds]
     return runs + [dict(lr=lr, seed=s, delta=d, scope=sc) for sc in ("attention", "mlp") for d in scope_deltas
@@ -223,7 +228,7 @@ def run_arm(arm: str, size_name: str, size: gt.Size, grid: list[float], folder: 
         for spec in tqdm(todo, desc=f"{arm}: {what}", leave=False):
             started = budget.start()
             muon_lr = None
-            if arm == "stiefel-attention" or (arm == "fixed-entropy" and spec["scope"] != "all"):
+            if arm == "stiefel-attention" or (arm in gt.FIXED_ARMS and spec["scope"] != "all"):
                 muon_lr = _muon_rate(folder, size_name)
                 if muon_lr is None:
                     raise RuntimeError(f"{arm} (scope {spec['scope']}) needs Muon's tuned rate: run --arms muon "
