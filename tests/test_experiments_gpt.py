@@ -318,6 +318,8 @@ def test_recorded_study_supports_the_chapter_claims():
     assert best[0] is fu and best[2] == 0.0, best[1:]
     d, se = _diff(_tuned(fu, delta=0.0), loss["muon"])
     assert d > 2 * se, (d, se)
+    d, se = _diff(loss["stiefel-attention"], _tuned(fu, delta=0.0))  # and so does Stiefel on attention
+    assert d < -2 * se, (d, se)
     # every fixed matrix at its target entropy up to the monitor's float32 SVD, which moves each σ_i by at most
     # c·ε₃₂·σ_max (Weyl; c the SVD's backward-error constant), so H by at most 2c·k·ε₃₂·p_max·(1 + |log p_min|):
     # for the near-flat spectra (δ <= 0.42: p_max <= 0.03, p_min >= 7e-4) that is 6e-6·c, for the peaked δ = 1.2
