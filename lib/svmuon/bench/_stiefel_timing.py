@@ -34,7 +34,6 @@ import time
 from typing import Any, Callable
 
 import torch
-
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from svmuon.bench._common import host_syncs, interleaved
@@ -65,7 +64,17 @@ SOLVERS = ("completion", "newton", "fixed_point_reduced", "fixed_point", "dual_a
 MAX_ITER = {"completion": 0, "newton": 50, "fixed_point_reduced": 200, "fixed_point": 50, "dual_ascent": 100}
 
 
-class _EighFloor:
+class _Floor:
+    """What a floor (not an optimizer) answers to :func:`step_ratio`: no solver iterations, no manifold defect."""
+
+    def iterations(self) -> list[float]:
+        return []
+
+    def defect(self) -> float:
+        return float("nan")
+
+
+class _EighFloor(_Floor):
     """The completion's two float64 ``eigh`` calls on the pair (stacked ``(2, n, n)``), nothing else: matrices of the
     recorded gradient's size and spectrum (``GᵀG`` of both matrices in canonical orientation), built untimed at
     :meth:`load`. Quacks like :class:`_Replay` (``opt.step()`` runs the two calls)."""
@@ -82,12 +91,6 @@ class _EighFloor:
         for _ in range(2):
             for M in self.M:
                 torch.linalg.eigh(M)
-
-    def iterations(self) -> list[float]:
-        return []
-
-    def defect(self) -> float:
-        return float("nan")
 
 
 class _Replay:
@@ -155,7 +158,7 @@ class _KernelCalls(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-class _Kernels:
+class _Kernels(_Floor):
     """One optimizer's step reduced to its dense linear algebra (module docstring): :meth:`load` steps a private
     :class:`_Replay` of that optimizer on the round's gradients (untimed; it follows the same stream as the timed
     one) and records its :data:`KERNEL_OPS` calls; ``opt.step()`` replays them on fresh copies of the operands,
@@ -175,12 +178,6 @@ class _Kernels:
     def step(self) -> None:
         for func, args, kwargs in self.calls:
             func(*args, **kwargs)
-
-    def iterations(self) -> list[float]:
-        return []
-
-    def defect(self) -> float:
-        return float("nan")
 
 
 def _run(name: str, workload: Any) -> Any:

@@ -24,7 +24,6 @@ OTHER_LR = 3e-3  # AdamW on the embeddings and gains (and z, scale) in every arm
 WEIGHT_DECAY = 0.1  # decoupled, on >= 2-D tensors (matrices, embeddings) for AdamW and Muon; none on manifolds
 BETAS = (0.9, 0.95)
 MOMENTUM = 0.95  # Muon and ManifoldMuon (Nesterov)
-MUON_HIDDEN = {"muon", "stiefel-attention", *FIXED_ARMS}  # arms that may train some hidden matrices with Muon
 
 
 @dataclass(frozen=True)

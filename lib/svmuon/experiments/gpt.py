@@ -77,7 +77,6 @@ PILOT_GRIDS = {"adamw": [1e-3, 2e-3, 4e-3, 8e-3], "muon": [1e-3, 2e-3, 4e-3, 8e-
                "fixed-entropy-unit": [0.01, 0.02, 0.04, 0.08]}
 DELTAS = (0.0, 0.42, 1.2)  # δ = log k - h of the fixed-entropy runs, scope "all"; 0.42 ≈ 1 - γ (su2025entropy)
 SCOPE_DELTAS = (0.0, 0.42)  # the check: only attention, or only the MLP, fixed
-NEEDS_MUON = ("stiefel-attention", *gt.FIXED_ARMS)
 PILOT_NOTE = ("PILOT: a smaller model (d_model 64, 2 layers, context 32, batch 16) and short runs (300 steps), "
               "recorded on a shared, busy 2-core machine so that the chapter builds; timings are not clean and "
               "every verdict is provisional. The study is --size cpu.")
