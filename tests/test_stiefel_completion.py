@@ -108,6 +108,71 @@ def test_float32_completion_is_tangent_to_the_float32_floor(gen):
         assert float(torch.linalg.matrix_norm(Phi.double(), 2)) <= 1 + 1e-6
 
 
+@pytest.mark.parametrize("name", [*CASES, "256x64", "256x64_rank20"])
+def test_the_float32_work_dtype_is_feasible_and_loses_at_most_its_shift(name, gen):
+    # work_dtype=float32 (every stage in float32): the optimizer's kernel and the public function on float32 inputs.
+    # Tangent to the float32 floor (16 √n eps, as the float64 route's float32 output: the normal part is projected
+    # once more). ‖Φ‖₂: the Gram shift δ = m u tr(C) covers the float32 Gram's rounding (γ_m ‖G⊥‖_F²), what is left
+    # is the eigendecompositions' float32 error, bounded here by √eps (measured ≤ 2.5e-6); the public function
+    # divides by ‖Φ‖₂ (to 4 eps). Value: for the same rotation the shift costs at most 2 n √δ (the chapter's
+    # exercise ex-stiefel-shift), here against the float64 completion of the float64 projection of the point,
+    # whose rotation differs from the float32 one by rounding (measured loss: 1e-3 of the bound or less)
+    from svmuon.orthogonal.stiefel.completion import completion_direction
+
+    shape = CASES.get(name) or {"256x64": (256, 64, None, 0), "256x64_rank20": (256, 64, 20, 0)}[name]
+    W, G = _instance(gen, *shape, dtype=torch.float32)
+    m, n = W.shape
+    eps = torch.finfo(torch.float32).eps
+    kernel = completion_direction(W[None], G[None], work_dtype=torch.float32).Phi[0].double()
+    public = stiefel_direction(W, G, work_dtype=torch.float32).Phi.double()
+    assert kernel.dtype == public.dtype == F64 and public.shape == W.shape
+    for Phi, excess in ((kernel, math.sqrt(eps)), (public, 4 * eps)):
+        assert float(tangent_residual(W.double(), Phi)) <= 16 * math.sqrt(n) * eps
+        assert float(torch.linalg.matrix_norm(Phi, 2)) <= 1 + excess
+    W64, G64 = M.project(W.double()), G.double()
+    reference = float((G64 * stiefel_direction(W64, G64).Phi).sum())
+    delta = m * (eps / 2) * float(_reduce_consistent(W64, G64).C.trace())
+    assert float((G64 * public).sum()) >= reference - 2 * n * math.sqrt(delta)
+
+
+def test_the_float32_work_dtype_is_an_option_of_the_completion_only(gen):
+    assert Stiefel(work_dtype=torch.float32).work_dtype == torch.float32 and Stiefel().work_dtype == F64
+    with pytest.raises(TypeError, match="work_dtype must be torch.float32 or torch.float64"):
+        Stiefel(work_dtype=torch.float16)
+    with pytest.raises(TypeError, match="work_dtype must be"):
+        Stiefel(work_dtype="float32")
+    for bad in (dict(solver="newton"), dict(route="newton_schulz")):
+        with pytest.raises(ValueError, match="work_dtype=torch.float32 applies to solver='completion'"):
+            Stiefel(work_dtype=torch.float32, **bad)
+    with pytest.raises(TypeError, match="unexpected options"):  # the msign's dtype belongs to the optimizer
+        Stiefel(compute_dtype=torch.float32)
+
+
+def test_the_float32_work_dtype_in_the_optimizer(monkeypatch, gen):
+    # one host read per step, the point stays on the manifold, and the steps follow the float64 route's: with
+    # directions within 1e-3 of each other in spectral norm (measured ~5e-5 at 64 × 16: the float32 completion's
+    # value loss here is ~1e-4 relative), four steps of length 0.05 stay within 4 · 0.05 · 1e-3
+    from test_muon import count_host_syncs
+
+    W0 = M.random(64, 16, generator=gen)
+    ps = [torch.nn.Parameter(W0.clone()), torch.nn.Parameter(W0.clone())]
+    opts = [ManifoldMuon([ps[0]], lr=0.05, manifold=Stiefel(work_dtype=torch.float32)),
+            ManifoldMuon([ps[1]], lr=0.05, manifold=Stiefel())]
+
+    def step(g):
+        for p, opt in zip(ps, opts):
+            p.grad = g.clone()
+            opt.step()
+
+    step(torch.randn(64, 16, generator=gen))
+    calls = count_host_syncs(monkeypatch)
+    for _ in range(3):
+        step(torch.randn(64, 16, generator=gen))
+    assert calls == ["__bool__"] * 6  # one per step of each optimizer
+    assert float(M.defect(ps[0].detach())) <= 1e-5
+    assert float(torch.linalg.matrix_norm(ps[0].detach() - ps[1].detach(), 2)) <= 4 * 0.05 * 1e-3
+
+
 # -- the public methods' contracts (issue: they hold for any input they accept) --------------------------------
 @pytest.mark.parametrize("solver", ["completion", "newton"])
 def test_a_normal_gradient_gives_no_direction(solver, gen):

@@ -88,8 +88,11 @@ def completion_row(W32: torch.Tensor, U32: torch.Tensor) -> dict[str, Any]:
     """The completion solver on one recorded matrix: its gap in float64 and in float32 (as the optimizer computes
     it), its own certificate ``gap`` beside the measured one, the reference's facts, and the gaps of Newton as the
     optimizer runs it (float32, its default tolerance) and of the completion by matrix products
-    (``route="newton_schulz"`` with the optimizer's msign, float32)."""
+    (``route="newton_schulz"`` with the optimizer's msign, float32), and of the completion computed in float32
+    (``work_dtype=torch.float32``) as the optimizer's step runs it (its unchecked kernel: no division by
+    ``‖Φ‖₂``, whose value before :func:`feasible` is recorded)."""
     from svmuon.orthogonal.stiefel import stiefel_direction
+    from svmuon.orthogonal.stiefel.completion import completion_direction
 
     W, U = point64(W32), U32.double()
     ref = reference(W, U)
@@ -101,6 +104,8 @@ def completion_row(W32: torch.Tensor, U32: torch.Tensor) -> dict[str, Any]:
     PhiN, factsN = feasible(W, newton32.Phi)
     matmul32 = stiefel_direction(W32, U32, route="newton_schulz", orthogonalize=_optimizer_msign())
     PhiM, factsM = feasible(W, matmul32.Phi)
+    low = completion_direction(W32[None], U32[None], work_dtype=torch.float32)
+    PhiL, factsL = feasible(W, low.Phi[0])
     return {"reference_certificate": ref["certificate"], "reference_iterations": ref["iterations"],
             "reference_converged": ref["converged"], "reference_residual": ref["residual"],
             **gap(U, Phi, ref), "certificate": float(sol.gap),
@@ -108,7 +113,9 @@ def completion_row(W32: torch.Tensor, U32: torch.Tensor) -> dict[str, Any]:
             "newton_float32": {**gap(U, PhiN, ref), "iterations": newton32.iterations,
                                "residual": factsN["residual_before"]},
             "matmul_float32": {**gap(U, PhiM, ref), "residual": factsM["residual_before"],
-                               "spectral_norm": factsM["spectral_norm_before"]}}
+                               "spectral_norm": factsM["spectral_norm_before"]},
+            "work_float32": {**gap(U, PhiL, ref), "residual": factsL["residual_before"],
+                                "spectral_norm": factsL["spectral_norm_before"], "certificate": float(low.gap[0])}}
 
 
 def _optimizer_msign():

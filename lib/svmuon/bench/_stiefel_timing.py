@@ -42,13 +42,14 @@ __all__ = ["OPTIMIZERS", "FLOOR", "KERNELS", "KERNEL_OPS", "BASELINE", "SOLVERS"
            "summarize"]
 
 BASELINE = "muon"
-OPTIMIZERS = ("muon", "stiefel", "stiefel_matmul", "stiefel_newton", "stiefel_amortized", "geoopt_rsgd", "eigh_floor",
-              "muon_kernels", "stiefel_kernels", "geoopt_kernels")
+OPTIMIZERS = ("muon", "stiefel", "stiefel_float32", "stiefel_matmul", "stiefel_newton", "stiefel_amortized",
+              "geoopt_rsgd", "eigh_floor", "muon_kernels", "stiefel_kernels", "stiefel_float32_kernels", "geoopt_kernels")
 #: not an optimizer: the two batched float64 n × n eigendecompositions the default step needs (``torch.linalg.eigh``
 #: of the pair's two Gram-sized matrices, twice), timed in the same rounds, the floor of the completion's eigh route
 FLOOR = "eigh_floor"
 #: not optimizers either: the dense linear algebra of the named optimizer's step alone (:class:`_Kernels`)
-KERNELS = {"muon_kernels": "muon", "stiefel_kernels": "stiefel", "geoopt_kernels": "geoopt_rsgd"}
+KERNELS = {"muon_kernels": "muon", "stiefel_kernels": "stiefel", "stiefel_float32_kernels": "stiefel_float32",
+           "geoopt_kernels": "geoopt_rsgd"}
 #: the aten operations a kernel floor keeps (matched without an in-place ``_`` suffix): products, factorisations,
 #: solves. Everything else (elementwise work, reductions, copies, views) is what a fused implementation could save.
 KERNEL_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm", "addbmm", "dot", "mv", "_linalg_eigh", "linalg_eigh",
@@ -56,8 +57,10 @@ KERNEL_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm", "addbmm", "dot", "mv", 
                         "linalg_lu_factor_ex", "linalg_lu_solve", "linalg_solve_triangular", "cholesky_solve",
                         "linalg_inv_ex", "_linalg_det", "linalg_householder_product"})
 #: the Stiefel options of each ManifoldMuon replayed: the default (completion; on the CPU its route is "eigh"), the
-#: completion by matrix products only (the default route on an accelerator), Newton, the amortized dual ascent
-STIEFEL = {"stiefel": {}, "stiefel_matmul": {"route": "newton_schulz"}, "stiefel_newton": {"solver": "newton"},
+#: completion in float32, the completion by matrix products only (the default route on an accelerator), Newton,
+#: the amortized dual ascent
+STIEFEL = {"stiefel": {}, "stiefel_float32": {"work_dtype": torch.float32},
+           "stiefel_matmul": {"route": "newton_schulz"}, "stiefel_newton": {"solver": "newton"},
            "stiefel_amortized": {"solver": "dual_ascent", "max_iter": 1}}
 GEOOPT_LR = 0.1  # the middle of the geoopt_rsgd grid (svmuon.experiments.stiefel_tasks.GRIDS)
 SOLVERS = ("completion", "newton", "fixed_point_reduced", "fixed_point", "dual_ascent")

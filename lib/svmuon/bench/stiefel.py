@@ -65,10 +65,11 @@ DEFINITIONS = {
                          "matrices), mean and max over the timed rounds",
     "eigh_floor": "not an optimizer: the default Stiefel step's two float64 eigh calls alone, on matrices of the "
                   "recorded gradients' size and spectrum, timed in the same rounds",
-    "kernels": "muon_kernels, stiefel_kernels, geoopt_kernels: not optimizers: every dense linear-algebra call "
-               "(products, factorisations, solves; _stiefel_timing.KERNEL_OPS) of that optimizer's step on the "
-               "round's gradients, recorded untimed and replayed alone on copies of their operands, timed in the "
-               "same rounds: the step's arithmetic without its elementwise work, checks and Python",
+    "kernels": "muon_kernels, stiefel_kernels, stiefel_float32_kernels, geoopt_kernels: not optimizers: every dense "
+               "linear-algebra call (products, factorisations, solves; _stiefel_timing.KERNEL_OPS) of that "
+               "optimizer's step on the round's gradients, recorded untimed and replayed alone on copies of their "
+               "operands, timed in the same rounds: the step's arithmetic without its elementwise work, checks and "
+               "Python",
     "targets": "the issue's targets per workload and Stiefel optimizer: step ratio (thread time, ratio of medians) "
                "<= 1.5, host reads per step <= 1, largest gap of its direction over the sampled instances <= 1e-6 "
                "(completion and Newton as the optimizer runs them, float32; the amortized dual ascent made feasible)",
@@ -124,6 +125,8 @@ def _gap_summary(rows: dict[str, list]) -> dict[str, Any]:
             "completion_certificate": _spread([r["certificate"] for r in c]),
             "newton_gap_float32": _spread([r["newton_float32"]["gap"] for r in c]),
             "matmul_gap_float32": _spread([r["matmul_float32"]["gap"] for r in c]),
+            "work_float32_gap": _spread([r["work_float32"]["gap"] for r in c]),
+            "work_float32_spectral_norm": _spread([r["work_float32"]["spectral_norm"] for r in c]),
             "reference_certificate": _spread([r["reference_certificate"] for r in c + a]),
             "amortized_gap": _spread([r["gap"] for r in a]),
             "amortized_residual": _spread([r["residual_before"] for r in a]),
@@ -251,7 +254,8 @@ def run(args: argparse.Namespace, shapes: list) -> dict[str, Any]:
 
 def _targets(res: dict[str, Any], workloads: list[str]) -> dict[str, Any]:
     """Each Stiefel optimizer's figures against :data:`TARGETS` (``None`` where a section did not run)."""
-    gap_keys = {"stiefel": ("completion", "float32"), "stiefel_matmul": ("completion", "matmul_float32"),
+    gap_keys = {"stiefel": ("completion", "float32"), "stiefel_float32": ("completion", "work_float32"),
+                "stiefel_matmul": ("completion", "matmul_float32"),
                 "stiefel_newton": ("completion", "newton_float32"), "stiefel_amortized": ("amortized", None)}
     out: dict[str, Any] = {}
     for name in workloads:

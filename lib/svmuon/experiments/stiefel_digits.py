@@ -12,7 +12,8 @@ and one wide, kept on their Stiefel manifolds; biases, output layer and embeddin
 with the constrained pair trained by ``stiefel_muon`` (``ManifoldMuon(Stiefel())``, the completion solver),
 ``stiefel_muon_exact`` (``Stiefel(solver="newton")``, the exact direction), ``stiefel_muon_rank`` (Newton with
 ``rank_rtol=1e-2``), ``stiefel_muon_amortized`` (the dual step carried over from one training step to the next,
-su2025dual: ``Stiefel(solver="dual_ascent", max_iter=1)``), all with momentum 0.9; geoopt's RiemannianSGD
+su2025dual: ``Stiefel(solver="dual_ascent", max_iter=1)``), ``stiefel_muon_float32`` (the completion computed in
+float32, ``Stiefel(work_dtype=torch.float32)``), all with momentum 0.9; geoopt's RiemannianSGD
 (momentum 0.9) and RiemannianAdam on ``geoopt.Stiefel``; torch's orthogonal parametrization with Adam; and
 unconstrained Adam (the reference without the constraint).
 
@@ -189,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     out = args.output or check_output(parser, _default_path(smoke))
     torch.set_num_threads(1)
     doc: dict[str, Any] = {"experiment": NAME, "tasks": {}, "other_lr": OTHER_LR, "grids": GRIDS,
-                           "solvers": STIEFEL_SOLVERS, "smoke": bool(smoke), "tuning": [], "runs": [],
+                           "solvers": {m: {k: str(v).removeprefix("torch.") if isinstance(v, torch.dtype) else v
+                                           for k, v in o.items()} for m, o in STIEFEL_SOLVERS.items()},
+                           "smoke": bool(smoke), "tuning": [], "runs": [],
                            "note": " ".join(filter(None, [args.note, "single thread; times of the training loop, "
                                                                     "evaluation excluded"]))}
     for task in args.tasks:

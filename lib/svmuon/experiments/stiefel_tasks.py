@@ -18,7 +18,8 @@ The methods (:data:`GRIDS`, learning-rate grids of the constrained pair; everyth
 :data:`OTHER_LR`): ``stiefel_muon`` (``ManifoldMuon(Stiefel())``, the completion solver), ``stiefel_muon_exact``
 (``Stiefel(solver="newton")``), ``stiefel_muon_rank`` (Newton with ``rank_rtol=1e-2``),
 ``stiefel_muon_amortized`` (su2025dual: ``Stiefel(solver="dual_ascent", max_iter=1)``, one dual step per training
-step from the multiplier carried over from the previous one), all with momentum 0.9; geoopt's RiemannianSGD
+step from the multiplier carried over from the previous one), ``stiefel_muon_float32`` (the completion in float32,
+``Stiefel(work_dtype=torch.float32)``), all with momentum 0.9; geoopt's RiemannianSGD
 (momentum 0.9) and RiemannianAdam (kochurov2020geoopt, becigneul2019riemannian); torch's orthogonal
 parametrization with Adam (lezcano2019cheap); unconstrained Adam.
 """
@@ -44,6 +45,7 @@ GRIDS = {
     "stiefel_muon_exact": [0.02, 0.05, 0.1],
     "stiefel_muon_rank": [0.02, 0.05, 0.1],
     "stiefel_muon_amortized": [0.02, 0.05, 0.1],
+    "stiefel_muon_float32": [0.02, 0.05, 0.1],
     "geoopt_rsgd": [0.03, 0.1, 0.3],
     "geoopt_radam": [1e-3, 3e-3, 1e-2],
     "param_orthogonal": [1e-3, 3e-3, 1e-2],
@@ -56,6 +58,7 @@ STIEFEL_SOLVERS: dict[str, dict[str, Any]] = {
     "stiefel_muon_exact": {"solver": "newton"},
     "stiefel_muon_rank": {"solver": "newton", "rank_rtol": 1e-2},
     "stiefel_muon_amortized": {"solver": "dual_ascent", "max_iter": 1},
+    "stiefel_muon_float32": {"work_dtype": torch.float32},
 }
 VOCABULARY = 97  # svmuon.experiments.runs.text_corpus: '\n', ' '..'~', other
 

@@ -79,8 +79,8 @@ def stiefel_direction(W: Any, G: Any, *, solver: str = StiefelOptions.solver, to
                       orthogonalize: Callable[[torch.Tensor], torch.Tensor] | None = None,
                       smoothing: float = StiefelOptions.smoothing, max_cg: int = StiefelOptions.max_cg,
                       alpha: float = StiefelOptions.alpha, rank_rtol: float = StiefelOptions.rank_rtol,
-                      route: str = StiefelOptions.route, trace: list | None = None,
-                      method: Any = _UNSET) -> StiefelSolution:
+                      route: str = StiefelOptions.route, work_dtype: torch.dtype = StiefelOptions.work_dtype,
+                      trace: list | None = None, method: Any = _UNSET) -> StiefelSolution:
     """Steepest-ascent direction on ``St(m, n)``: ``Φ`` maximising ``tr(GᵀΦ)`` over ``‖Φ‖₂ <= 1`` and
     ``WᵀΦ + ΦᵀW = 0`` (eq-stiefel-problem), by the chosen solver (see :mod:`svmuon.orthogonal.stiefel`).
 
@@ -100,7 +100,7 @@ def stiefel_direction(W: Any, G: Any, *, solver: str = StiefelOptions.solver, to
             symmetrised before use.
         orthogonalize: ``Z -> msign(Z)`` of the square case and of ``"fixed_point"``/``"dual_ascent"`` (default:
             exact, by SVD), e.g. an :class:`~svmuon.orthogonal.msign.Orthogonalizer`.
-        smoothing, max_cg, alpha, rank_rtol, route: see ``StiefelOptions``.
+        smoothing, max_cg, alpha, rank_rtol, route, work_dtype: see ``StiefelOptions``.
         trace: a list to receive the convergence history of an iterative solver, one dict per iteration
             (``seconds``, ``residual``, ``msign_calls``, ``factorizations``, ``cg_products``); it synchronises.
         method: the old spelling of ``solver`` (a ``DeprecationWarning``: elsewhere in the package ``method`` is
@@ -123,7 +123,7 @@ def stiefel_direction(W: Any, G: Any, *, solver: str = StiefelOptions.solver, to
                       "elsewhere in svmuon)", DeprecationWarning, stacklevel=2)
         solver = method
     options = StiefelOptions(solver=solver, tol=tol, max_iter=max_iter, smoothing=smoothing, max_cg=max_cg,
-                             rank_rtol=rank_rtol, alpha=alpha, route=route)
+                             rank_rtol=rank_rtol, alpha=alpha, route=route, work_dtype=work_dtype)
     if orthogonalize is not None and not callable(orthogonalize):
         raise TypeError(f"orthogonalize must be a callable Z -> msign(Z), got {type(orthogonalize).__name__}")
     if trace is not None and not isinstance(trace, list):

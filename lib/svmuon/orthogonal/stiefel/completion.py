@@ -19,7 +19,8 @@ svmuon.bench stiefel``) the value is within about 0.3-2 % of the optimum.
 Cost: two n × n eigendecompositions and two Cholesky factorisations in float64, six m × n × n products (five of them
 in float64, so that ``G⊥`` is orthogonal to range(W) and agrees with its Gram matrix to float64 rounding: ``N`` can
 have large entries where ``G⊥`` is nearly rank-deficient, and float32 rounding there would become a tangent
-residual: ``reduction._reduce_consistent``).
+residual: ``reduction._reduce_consistent``). ``work_dtype=torch.float32`` (:func:`_low_precision`) does all of it in
+float32: cheaper, and it pays in value for the shift that keeps it feasible.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from svmuon.orthogonal.stiefel.reduction import (
+    RANK_RTOL,
     WORK_DTYPE,
     StiefelSolution,
     _addmm,
@@ -34,6 +36,7 @@ from svmuon.orthogonal.stiefel.reduction import (
     _pinv_powers,
     _real,
     _reduce_consistent,
+    _reduced,
     _residual,
     _skew,
     _sym,
@@ -46,33 +49,38 @@ __all__ = ["completion_direction", "completion_direction_matmul", "rotation_star
 _SHRINK_ULPS = 8.0
 
 
-def rotation_start(K: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def rotation_start(K: torch.Tensor, C: torch.Tensor, rtol: float = RANK_RTOL) -> tuple[torch.Tensor, torch.Tensor]:
     """``(Ω₀, f₀)``: ``Ω₀ = [K M₀^{+1/2}]_skew``, ``M₀ = C - K²`` (stage 1), and the dual value
-    ``f₀ = tr(M₀^{1/2})`` at ``Y = 0``, an upper bound on the optimal value. Float64, batched ``(..., n, n)``
-    (``eigh`` reads one triangle of ``C + KᵀK``)."""
+    ``f₀ = tr(M₀^{1/2})`` at ``Y = 0``, an upper bound on the optimal value. In the dtype of ``K`` and ``C``
+    (float64; float32 for ``work_dtype=torch.float32``), batched ``(..., n, n)`` (``eigh`` reads one triangle
+    of ``C + KᵀK``); eigenvalues below ``rtol · λ_max`` count as zero."""
     n = K.shape[-1]
     M0 = _addmm(C, K.mT, K)
     lam, V = torch.linalg.eigh(M0)
-    root, inv_root = _pinv_powers(lam)
+    root, inv_root = _pinv_powers(lam, rtol)
     Z = ((K @ V) * inv_root[..., None, :]) @ V.mT
-    Omega = (Z - Z.mT) * (0.5 * (1.0 - _SHRINK_ULPS * n * torch.finfo(WORK_DTYPE).eps))
+    Omega = (Z - Z.mT) * (0.5 * (1.0 - _SHRINK_ULPS * n * torch.finfo(K.dtype).eps))
     return Omega, root.sum(-1)
 
 
-def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bool = False) -> StiefelSolution:
+def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bool = False,
+                         work_dtype: torch.dtype = WORK_DTYPE) -> StiefelSolution:
     """The unchecked kernel of ``solver="completion"`` for tall ``(..., m, n)`` batches (module docstring).
 
     ``W`` must be a point to the rounding of its dtype, ``G`` finite and of ``W``'s dtype (float32 or float64).
     ``exact_residual`` (the public path) measures ``‖WᵀΦ + ΦᵀW‖_F`` and divides ``Φ`` by ``‖Φ‖₂`` where rounding
     left it above 1 (two more products); otherwise the residual reported is 0, which the construction gives up to
     rounding, and the optimizer's retraction is exact for any ``Φ``. ``X`` is the multiplier of stage 1
-    (``-[WᵀG]_sym``), ``Y = 0``.
+    (``-[WᵀG]_sym``), ``Y = 0``. ``work_dtype=torch.float32``: every stage in float32 (:func:`_low_precision`).
     """
-    red = _reduce_consistent(W, G)
-    Omega, dual0 = rotation_start(red.K, red.C)
-    comp = _complete(red.K, red.C, Omega)
+    if work_dtype == torch.float32:
+        Phi, comp, dual0, red = _low_precision(W, G)
+    else:
+        red = _reduce_consistent(W, G)
+        Omega, dual0 = rotation_start(red.K, red.C)
+        comp = _complete(red.K, red.C, Omega)
+        Phi = W @ Omega.to(G.dtype) + (red.Gp @ comp.N).to(G.dtype)
     dt = G.dtype
-    Phi = W @ Omega.to(dt) + (red.Gp @ comp.N).to(dt)
     value = comp.value
     positive = value > 0
     gap = torch.where(positive, (dual0 - value) / torch.where(positive, value, 1.0), 0.0).clamp_min(0.0)
@@ -83,8 +91,34 @@ def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bo
         residual = _residual(W, Phi)
     else:
         residual = torch.zeros(W.shape[:-2], dtype=_real(dt), device=W.device)
-    return StiefelSolution(Phi, -red.S, residual, 0, True, 0, 0, 1 + comp.factorizations, red.tangent_norm,
-                           torch.zeros_like(red.S), gap)
+    S = red.S.to(WORK_DTYPE)
+    return StiefelSolution(Phi, -S, residual, 0, True, 0, 0, 1 + comp.factorizations,
+                           red.tangent_norm.to(WORK_DTYPE), torch.zeros_like(S), gap.to(WORK_DTYPE))
+
+
+#: the float32 completion's Gram shift per unit tr(C) and row: ``δ = m u tr(C)`` covers the rounding of the float32
+#: Gram matrix, ``|fl(G⊥ᵀG⊥) - G⊥ᵀG⊥| <= γ_m |G⊥|ᵀ|G⊥|`` (γ_m ≈ m u), whose spectral norm is at most γ_m ‖G⊥‖_F²
+_LOW_SHIFT = 2.0 ** -24
+#: its rank threshold: eigenvalues below 45 ulps of λ_max count as zero, the float64 RANK_RTOL's 45 ulps in float32
+_LOW_RTOL = 45 * 2.0 ** -23
+
+
+def _low_precision(W: torch.Tensor, G: torch.Tensor) -> tuple:
+    """``(Φ, completion, f₀, reduced)`` of the completion computed in float32 throughout: every product at float32
+    speed (2-2.5× float64's on a CPU) and two float32 eigendecompositions. What float64 bought is paid for twice:
+    the Gram shift must cover the float32 Gram's rounding (``_LOW_SHIFT``, feasibility), which costs value in every
+    direction where ``G⊥`` is small, and ``G⊥`` is not orthogonal to range(W) beyond float32 rounding, so the
+    normal part is projected once more (two products) instead of the float64 reduction's Neumann correction.
+    Measured on recorded training gradients (the chapter "The Stiefel case", ``python -m svmuon.bench stiefel``)."""
+    W32, G32 = W.to(torch.float32), G.to(torch.float32)
+    A = W32.mT @ G32
+    Gp = _addmm(G32, W32, A, alpha=-1.0)
+    red = _reduced(W32, A, Gp, _sym(Gp.mT @ Gp))
+    Omega, dual0 = rotation_start(red.K, red.C, _LOW_RTOL)
+    comp = _complete(red.K, red.C, Omega, shift=_LOW_SHIFT * W.shape[-2], rtol=_LOW_RTOL)
+    X = Gp @ comp.N
+    X = _addmm(X, W32, W32.mT @ X, alpha=-1.0)  # the normal part, orthogonal to range(W) to float32 rounding
+    return _addmm(X, W32, Omega).to(G.dtype), comp, dual0, red
 
 
 def _sqrt_from_below(D: torch.Tensor, steps: int) -> torch.Tensor:

@@ -103,7 +103,7 @@ def solve(W: torch.Tensor, G: torch.Tensor, options: StiefelOptions, *, tol: flo
     if solver == "completion":
         route = options.route if options.route != "auto" else ("eigh" if W.device.type == "cpu" else "newton_schulz")
         if route == "eigh":
-            return completion_direction(W, G, exact_residual=exact_residual)
+            return completion_direction(W, G, exact_residual=exact_residual, work_dtype=options.work_dtype)
         sol = completion_direction_matmul(W, G, orthogonalize or _exact_msign())
         sol.residual = _residual(W, sol.Phi) if exact_residual else sol.residual
         return sol

@@ -74,10 +74,17 @@ class StiefelOptions:
             ``orthogonalize``, which must converge, e.g. Polar Express; no host synchronisation on an accelerator,
             where ``torch.linalg.eigh`` synchronises), or ``"auto"`` (default: ``"eigh"`` on the CPU,
             ``"newton_schulz"`` elsewhere).
+        work_dtype: the dtype of the completion's eigh route: ``torch.float64`` (default; feasible and within
+            1 % of the optimum on real gradients) or ``torch.float32`` (every product and both
+            eigendecompositions in float32: a cheaper step that loses value, measured in the chapter "The Stiefel
+            case", section sec-stiefel-cost). Only for ``solver="completion"`` with ``route="eigh"`` or ``"auto"``
+            (on an accelerator ``"auto"`` takes the matrix-product route, which computes in the parameter's dtype).
 
     Raises:
         ValueError: unknown ``solver``; ``tol``, ``smoothing``, ``alpha`` not finite and > 0; ``rank_rtol`` outside
-            [0, 1); ``max_iter`` < 0, ``max_cg`` < 1; unknown ``route``. TypeError: options of the wrong type.
+            [0, 1); ``max_iter`` < 0, ``max_cg`` < 1; unknown ``route``; ``work_dtype=torch.float32`` with another
+            solver or ``route="newton_schulz"``. TypeError: options of the wrong type (``work_dtype`` not
+            ``torch.float32`` or ``torch.float64``).
     """
 
     solver: str = "completion"
@@ -89,6 +96,7 @@ class StiefelOptions:
     alpha: float = 0.01
     transpose_wide: bool = True
     route: str = "auto"
+    work_dtype: torch.dtype = torch.float64
 
     def __post_init__(self) -> None:
         if not isinstance(self.solver, str) or self.solver not in SOLVERS:
@@ -104,6 +112,11 @@ class StiefelOptions:
         set_("max_cg", _integer(self.max_cg, "max_cg", 1))
         set_("rank_rtol", _positive(self.rank_rtol, "rank_rtol", allow_zero=True, upper=1.0))
         set_("alpha", _positive(self.alpha, "alpha"))
+        if self.work_dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"work_dtype must be torch.float32 or torch.float64, got {self.work_dtype!r}")
+        if self.work_dtype == torch.float32 and (self.solver != "completion" or self.route == "newton_schulz"):
+            raise ValueError(f"work_dtype=torch.float32 applies to solver='completion' with route 'eigh' or 'auto' "
+                             f"only, got solver={self.solver!r}, route={self.route!r}")
         if not isinstance(self.transpose_wide, bool):
             raise TypeError(f"transpose_wide must be a bool, got {type(self.transpose_wide).__name__}")
 

@@ -219,17 +219,18 @@ def _pinv_powers(lam: torch.Tensor, rtol: float = RANK_RTOL) -> tuple[torch.Tens
     return safe * inv_root, inv_root  # λ · λ^{-1/2} = λ^{1/2}, and 0 where dropped
 
 
-def _gram_factor(C: torch.Tensor) -> torch.Tensor:
-    """An upper-triangular ``R`` with ``RᵀR = C + δI``, ``δ = 2⁻⁴⁴ tr(C)`` (Cholesky; ``R = 0`` for ``C = 0``).
+def _gram_factor(C: torch.Tensor, shift: float | None = None) -> torch.Tensor:
+    """An upper-triangular ``R`` with ``RᵀR = C + δI``, ``δ = shift · tr(C)`` (Cholesky; ``R = 0`` for ``C = 0``).
 
-    The shift is four times the rounding floor ``n u ‖C‖`` of a float64 Gram matrix with ``n <= 64`` (and keeps a
-    singular ``C``, e.g. from a gradient with zero columns, factorizable). Using ``C + δI ⪰ C`` keeps the completion
-    feasible (``N C N ⪯ N (C + δI) N ⪯ D``) and costs at most ``√δ`` of value per null direction of ``C``
-    (``2.4e-7 ‖G⊥‖_F``)."""
+    Default shift (float64): ``2⁻⁴⁴ max(1, n/64)``, four times the rounding floor ``n u ‖C‖`` of a float64 Gram
+    matrix (and it keeps a singular ``C``, e.g. from a gradient with zero columns, factorizable). Using
+    ``C + δI ⪰ C`` keeps the completion feasible (``N C N ⪯ N (C + δI) N ⪯ D``) and costs at most ``√δ`` of value
+    per null direction of ``C`` (``2.4e-7 ‖G⊥‖_F``). The float32 completion passes a larger one
+    (``completion._LOW_SHIFT``)."""
     n = C.shape[-1]
     tr = C.diagonal(dim1=-2, dim2=-1).sum(-1, keepdim=True)
     shifted = C.clone()
-    shifted.diagonal(dim1=-2, dim2=-1).add_(tr * ((2.0 ** -44) * max(1.0, n / 64)))
+    shifted.diagonal(dim1=-2, dim2=-1).add_(tr * ((2.0 ** -44) * max(1.0, n / 64) if shift is None else shift))
     L, info = torch.linalg.cholesky_ex(shifted)
     ok = (info == 0) & (tr[..., 0] > 0)
     return torch.where(ok[..., None, None], L.mT, 0.0)
@@ -241,17 +242,19 @@ class _Completion(NamedTuple):
     factorizations: int
 
 
-def _complete(K: torch.Tensor, C: torch.Tensor, Omega: torch.Tensor) -> _Completion:
+def _complete(K: torch.Tensor, C: torch.Tensor, Omega: torch.Tensor, *, shift: float | None = None,
+              rtol: float = RANK_RTOL) -> _Completion:
     """The best normal part for the rotation ``Ω`` (prop-stiefel-primal): ``N = D Rᵀ T^{+3/2} R D`` with
-    ``D = I + Ω²``, ``T = R D Rᵀ``, ``RᵀR = C``; one n × n eigendecomposition and four n × n products, float64.
-    With ``T = QτQᵀ`` and ``B = QᵀRD``: ``N = Bᵀ τ^{+3/2} B``. (``eigh`` reads one triangle, so the products
+    ``D = I + Ω²``, ``T = R D Rᵀ``, ``RᵀR = C``; one n × n eigendecomposition and four n × n products, in the
+    dtype of the inputs (float64; the float32 completion passes its own ``shift`` and ``rtol``). With
+    ``T = QτQᵀ`` and ``B = QᵀRD``: ``N = Bᵀ τ^{+3/2} B``. (``eigh`` reads one triangle, so the products
     that are symmetric up to rounding are not symmetrised first.)"""
     D = Omega @ Omega
     D.diagonal(dim1=-2, dim2=-1).add_(1.0)
-    R = _gram_factor(C)
+    R = _gram_factor(C, shift)
     RD = R @ D
     tau, Q = torch.linalg.eigh(RD @ R.mT)
-    _, inv_root = _pinv_powers(tau)
+    _, inv_root = _pinv_powers(tau, rtol)
     B = Q.mT @ RD
     N = _sym((B.mT * (inv_root * inv_root * inv_root)[..., None, :]) @ B)
     value = (K * Omega).sum(dim=(-2, -1)) + (C * N).sum(dim=(-2, -1))
