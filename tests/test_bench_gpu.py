@@ -51,8 +51,11 @@ def test_smoke_numbers_are_consistent(smoke_result):
         assert (r["count"], r["m"], r["n"]) == shape
         assert r["manifold_muon_stiefel_over_muon"] == pytest.approx(r["manifold_muon_stiefel_s"] / r["muon_s"])
         assert ("orthogonal_muon_over_muon" in r) == (r["m"] == r["n"]) != ("manifold_muon_stiefel_eigh_s" in r)
+        assert ("manifold_muon_stiefel_eigh_s" in r) == ("manifold_muon_stiefel_eigh32_s" in r)
         assert r["host_syncs_per_step"] >= 1 and r["defect"] <= 1e-5  # float32 points after a few steps
         assert r["certificate_max"] >= 0  # the completion's bound (0 for the square closed form, which is exact)
+        if r["m"] != r["n"]:  # the float32 eigh route keeps the point on the manifold too
+            assert r["defect_eigh32"] <= 1e-5 and r["host_syncs_per_step_eigh32"] >= 1
     drift = res["drift"]
     assert [k for k, _ in drift["error_by_step"]][-1] == drift["steps"]
     # float32 weights, exact-enough fp32 Newton–Schulz with a Björck step each step: the error stays at

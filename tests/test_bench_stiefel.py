@@ -180,8 +180,8 @@ def test_bench_stiefel_smoke(tmp_path):
         for row in gap["completion"]:  # the reference is the optimum up to its own certificate
             assert row["gap"] >= -1e-9 - row["reference_certificate"] and row["gap_max"] >= row["gap"]
             assert row["certificate"] >= row["gap"] - 1e-9  # the completion's certificate is an upper bound
-            low = row["work_float32"]  # the float32 work dtype: feasible to its test's bound, a gap below 5 %
-            assert low["spectral_norm"] <= 1 + 2.0 ** -11.5 and -1e-6 <= low["gap"] <= 0.05
+            low = row["work_float32"]  # the float32 work dtype: feasible to 256 u (its unit test's bound), a gap
+            assert low["spectral_norm"] <= 1 + 2.0 ** -16 and -1e-6 <= low["gap"] <= 0.05  # below 5 % (measured 1 %)
         for row in gap["sdp"]:  # CLARABEL to 1e-10; the reference to 1e-10 with its certificate
             assert abs(row["reference_vs_sdp"]) < 1e-7 and row["shape"] == [6, 3]
         assert all(r["residual_before"] > 0 for r in gap["amortized"])

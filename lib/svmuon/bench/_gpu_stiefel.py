@@ -9,7 +9,9 @@ defaults, and for the tall shapes the completion by both routes:
   accelerator (``"eigh"`` on the CPU): matrix products only, two msigns by the optimizer's orthogonaliser;
 * ``manifold_muon_stiefel_eigh``: ``Stiefel(route="eigh")``: two float64 n × n eigendecompositions and float64
   products (:mod:`svmuon.orthogonal.stiefel.completion`: its normal part has entries up to ~1e6 where ``G⊥`` is nearly
-  rank-deficient, and float32 rounding there became tangent residuals of order 1).
+  rank-deficient, and float32 rounding there became tangent residuals of order 1);
+* ``manifold_muon_stiefel_eigh32``: ``Stiefel(route="eigh", work_dtype=torch.float32)``: the same in float32 (its
+  Gram shift keeps it feasible, at a larger gap: measured on the CPU by ``python -m svmuon.bench stiefel``).
 
 Where bf16 is used: only in Newton–Schulz msign (the optimizers' ``compute_dtype``, bfloat16 on CUDA): Muon's update,
 the square case's ``msign([WᵀU]_skew)`` (re-projected onto skew matrices, thm-skew-msign, so its rounding cannot take
@@ -102,6 +104,7 @@ def _makers(compute_dtype: torch.dtype, square: bool) -> dict[str, Callable]:
         makers["orthogonal_muon"] = lambda ps: OrthogonalMuon(ps, lr=0.02, momentum=0.95, compute_dtype=compute_dtype)
     else:
         makers["manifold_muon_stiefel_eigh"] = stiefel(route="eigh")
+        makers["manifold_muon_stiefel_eigh32"] = stiefel(route="eigh", work_dtype=torch.float32)
     return makers
 
 
@@ -131,7 +134,8 @@ def _row(count: int, m: int, n: int, compute_dtype: torch.dtype, device: torch.d
             gaps = [float(opt.state[p]["info"]["gap"]) for p in params if "gap" in opt.state[p]["info"]]
             row[f"certificate_max{suffix}"] = max(gaps) if gaps else None
         del opt, params
-    for name in ("manifold_muon_stiefel", "manifold_muon_stiefel_eigh", "orthogonal_muon"):
+    for name in ("manifold_muon_stiefel", "manifold_muon_stiefel_eigh", "manifold_muon_stiefel_eigh32",
+                 "orthogonal_muon"):
         if f"{name}_s" in row:
             row[f"{name}_over_muon"] = row[f"{name}_s"] / row["muon_s"]
     return row

@@ -296,7 +296,8 @@ def _print_table(res: dict[str, Any]) -> None:
     print(f"drift after {d['steps']} steps: max |WᵀW − I| = {d['max_error']:.3g}")
     for r in res["stiefel"]:
         square = f", OrthogonalMuon {r['orthogonal_muon_over_muon']:.2f}" if "orthogonal_muon_over_muon" in r else ""
-        eigh = f", Stiefel(route='eigh') {r['manifold_muon_stiefel_eigh_over_muon']:.2f}" if r["m"] != r["n"] else ""
+        eigh = (f", Stiefel(route='eigh') {r['manifold_muon_stiefel_eigh_over_muon']:.2f}, in float32 "
+                f"{r['manifold_muon_stiefel_eigh32_over_muon']:.2f}") if r["m"] != r["n"] else ""
         print(f"stiefel {r['count']} x {r['m']}x{r['n']}: Muon {r['muon_s']:.4f} s; ratios: ManifoldMuon(Stiefel) "
               f"{r['manifold_muon_stiefel_over_muon']:.2f}{eigh}{square}; host syncs {r['host_syncs_per_step']}, "
               f"defect {r['defect']:.1e}")

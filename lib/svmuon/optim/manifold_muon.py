@@ -6,7 +6,8 @@ all geometry comes from the manifold object (:class:`svmuon.orthogonal.base.Mani
 one step is
 
 1. momentum kept in the tangent space (projection transport), with ``torch.optim.Muon``'s conventions
-   otherwise: ``B <- P_W(mu B + (1 - mu) g)``, ``U = (1 - mu) g + mu B`` with Nesterov, else ``U = B``;
+   otherwise: ``B₁ = mu B + (1 - mu) g``, the new buffer ``P_W(B₁)``, and ``U = (1 - mu) g + mu B₁`` with
+   Nesterov, else ``U = B₁`` (``U``'s tangent part is the same with ``B₁`` or ``P_W(B₁)``);
 2. the manifold's steepest direction for ``U`` (on O(n): ``O = [msign([WᵀU]_skew)]_skew``,
    eq-orth-direction), with the orthogonaliser resolved once per option set;
 3. the polar retraction along it with step length ``η = lr · min(1, ‖P_W(U)‖_F / (eps ‖U‖_F))`` (on O(n)

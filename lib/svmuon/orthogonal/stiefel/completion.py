@@ -68,10 +68,11 @@ def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bo
     """The unchecked kernel of ``solver="completion"`` for tall ``(..., m, n)`` batches (module docstring).
 
     ``W`` must be a point to the rounding of its dtype, ``G`` finite and of ``W``'s dtype (float32 or float64).
-    ``exact_residual`` (the public path) measures ``‖WᵀΦ + ΦᵀW‖_F`` and divides ``Φ`` by ``‖Φ‖₂`` where rounding
-    left it above 1 (two more products); otherwise the residual reported is 0, which the construction gives up to
+    ``exact_residual`` (the public path) projects ``Φ`` onto the tangent space, measures ``‖WᵀΦ + ΦᵀW‖_F`` and
+    divides ``Φ`` by ``‖Φ‖₂`` where rounding left it above 1 (four more products); otherwise the residual reported is 0, which the construction gives up to
     rounding, and the optimizer's retraction is exact for any ``Φ``. ``X`` is the multiplier of stage 1
-    (``-[WᵀG]_sym``), ``Y = 0``. ``work_dtype=torch.float32``: every stage in float32 (:func:`_low_precision`).
+    (``-[WᵀG]_sym``), ``Y = 0``. ``work_dtype=torch.float32``: every stage in float32 (:func:`_low_precision`;
+float32 inputs only, which the dispatcher checks).
     """
     if work_dtype == torch.float32:
         Phi, comp, dual0, red = _low_precision(W, G)
@@ -84,8 +85,11 @@ def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bo
     value = comp.value
     positive = value > 0
     gap = torch.where(positive, (dual0 - value) / torch.where(positive, value, 1.0), 0.0).clamp_min(0.0)
-    if exact_residual:  # the public path: ‖Φ‖₂ <= 1 exactly (eigh's relative error on T's small eigenvalues, amplified
-        # by N, can leave ‖Φ‖₂² - 1 at ~1e-11 in float64; measured), at the price of one more product
+    if exact_residual:  # the public path: tangent and ‖Φ‖₂ <= 1 exactly, at the price of three more products. A
+        # gradient whose tangent part is rounding noise (G = W(S + Sᵀ)) leaves G⊥ as noise with a component along W
+        # that N amplifies (measured: residual 2.0 in float64), hence the projection; eigh's relative error on T's
+        # small eigenvalues, amplified by N, can leave ‖Φ‖₂² - 1 at ~1e-11 in float64 (measured), hence the division
+        Phi = Phi - W @ _sym(W.mT @ Phi)
         top = torch.linalg.eigvalsh(_sym((Phi.mT @ Phi).to(WORK_DTYPE))).amax(dim=-1).clamp_min(1.0)
         Phi = Phi / torch.sqrt(top).to(dt)[..., None, None]
         residual = _residual(W, Phi)

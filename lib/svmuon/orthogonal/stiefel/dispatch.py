@@ -77,6 +77,21 @@ def _newton(W: torch.Tensor, G: torch.Tensor, options: StiefelOptions, tol: floa
                   trace=trace, Y0=Y0, red=red, **opts)
 
 
+def _completion(W: torch.Tensor, G: torch.Tensor, options: StiefelOptions, orthogonalize: Orthogonalize | None,
+                exact_residual: bool) -> StiefelSolution:
+    """``solver="completion"`` by its route (``"auto"``: ``"eigh"`` on the CPU, ``"newton_schulz"`` elsewhere)."""
+    if options.work_dtype == torch.float32 and G.dtype == torch.float64:
+        raise TypeError("work_dtype=torch.float32 needs float32 points and gradients, got float64: a float64 "
+                        "gradient's small tangent part would be lost to float32 rounding (and the eps rule, set "
+                        "for float64, would not see it); pass float32 tensors or keep the default work_dtype")
+    route = options.route if options.route != "auto" else ("eigh" if W.device.type == "cpu" else "newton_schulz")
+    if route == "eigh":
+        return completion_direction(W, G, exact_residual=exact_residual, work_dtype=options.work_dtype)
+    sol = completion_direction_matmul(W, G, orthogonalize or _exact_msign())
+    sol.residual = _residual(W, sol.Phi) if exact_residual else sol.residual
+    return sol
+
+
 def solve(W: torch.Tensor, G: torch.Tensor, options: StiefelOptions, *, tol: float | None = None,
           X0: torch.Tensor | None = None, Y0: torch.Tensor | None = None, warm: torch.Tensor | None = None,
           orthogonalize: Orthogonalize | None = None, exact_residual: bool = True,
@@ -101,12 +116,7 @@ def solve(W: torch.Tensor, G: torch.Tensor, options: StiefelOptions, *, tol: flo
     tol = options.tolerance(G.dtype, n) if tol is None else tol
     solver, max_iter = options.solver, options.iterations()
     if solver == "completion":
-        route = options.route if options.route != "auto" else ("eigh" if W.device.type == "cpu" else "newton_schulz")
-        if route == "eigh":
-            return completion_direction(W, G, exact_residual=exact_residual, work_dtype=options.work_dtype)
-        sol = completion_direction_matmul(W, G, orthogonalize or _exact_msign())
-        sol.residual = _residual(W, sol.Phi) if exact_residual else sol.residual
-        return sol
+        return _completion(W, G, options, orthogonalize, exact_residual)
     if solver == "newton":
         return _newton(W, G, options, tol, X0, Y0, warm, exact_residual, trace, unit_start)
     if unit_start and Y0 is not None:

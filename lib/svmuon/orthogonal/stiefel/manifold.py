@@ -48,8 +48,9 @@ class Stiefel(Manifold):
 
     Args:
         solver: ``"completion"`` (default), ``"newton"`` (exact), ``"fixed_point"``, ``"fixed_point_reduced"``,
-            ``"dual_ascent"``, ``"amortized"`` (one dual step per training step, warm); and ``tol``, ``max_iter``, ``smoothing``, ``max_cg``, ``rank_rtol``, ``alpha``,
-            ``transpose_wide``: see ``StiefelOptions``, which holds every default.
+            ``"dual_ascent"``, ``"amortized"`` (one dual step per training step, warm); and ``tol``, ``max_iter``,
+            ``smoothing``, ``max_cg``, ``rank_rtol``, ``alpha``, ``transpose_wide``, ``route``, ``work_dtype``: see
+            ``StiefelOptions``, which holds every default.
         method: the old spelling of ``solver`` (a ``DeprecationWarning``; ``method`` is the msign route elsewhere).
 
     Raises:
@@ -220,7 +221,8 @@ class Stiefel(Manifold):
         ``state["warm"]`` is 1: it depends on the tangent part of ``U`` only, and is positively homogeneous in it;
         the normal part of ``U``, the current gradient's alone, does not scale it). A non-finite ``U`` is
         solved as 0 and gives a NaN direction, which the optimizer's finiteness check reports; a factorisation
-        that does not converge (LAPACK) gives one too. Nothing raises."""
+        that does not converge (LAPACK) gives one too. Nothing raises, but float64 inputs with
+        ``work_dtype=torch.float32`` (a TypeError, before anything is changed)."""
         U = U.to(W.dtype)
         # one reduction flags a non-finite U (its sum is NaN/Inf; the optimizer's U is scaled to entries <= 1, so a
         # finite one cannot overflow): it is solved as 0 where not finite, and its direction poisoned with NaN

@@ -69,16 +69,19 @@ class StiefelOptions:
             ``G`` is solved on its row space (prop-stiefel-rank); in [0, 1).
         alpha: the dual-ascent step, in units of ``σ̄``, as published.
         transpose_wide: accept wide matrices (orthonormal rows) as their transposes.
-        route: how ``"completion"`` evaluates its matrix functions: ``"eigh"`` (two float64 n × n
-            eigendecompositions; exact), ``"newton_schulz"`` (matrix products only: two msigns by the caller's
+        route: how ``"completion"`` evaluates its matrix functions: ``"eigh"`` (two n × n eigendecompositions, in
+            ``work_dtype``; exact), ``"newton_schulz"`` (matrix products only: two msigns by the caller's
             ``orthogonalize``, which must converge, e.g. Polar Express; no host synchronisation on an accelerator,
             where ``torch.linalg.eigh`` synchronises), or ``"auto"`` (default: ``"eigh"`` on the CPU,
             ``"newton_schulz"`` elsewhere).
         work_dtype: the dtype of the completion's eigh route: ``torch.float64`` (default; feasible and within
             1 % of the optimum on real gradients) or ``torch.float32`` (every product and both
             eigendecompositions in float32: a cheaper step that loses value, measured in the chapter "The Stiefel
-            case", section sec-stiefel-cost). Only for ``solver="completion"`` with ``route="eigh"`` or ``"auto"``
-            (on an accelerator ``"auto"`` takes the matrix-product route, which computes in the parameter's dtype).
+            case", section sec-stiefel-cost), for float32 points and gradients only (float64 ones raise a
+            TypeError when solved: their small tangent parts would be lost to float32 rounding). Only for
+            ``solver="completion"`` with ``route="eigh"`` or ``"auto"`` (on an accelerator ``"auto"`` takes the
+            matrix-product route, which works in the parameter's dtype, float32 here). A per-call override of
+            ``solver`` (``steepest_direction(..., solver="newton")``) must reset ``work_dtype`` too.
 
     Raises:
         ValueError: unknown ``solver``; ``tol``, ``smoothing``, ``alpha`` not finite and > 0; ``rank_rtol`` outside
