@@ -19,7 +19,7 @@ svmuon.bench stiefel``) the value is within about 0.3-2 % of the optimum.
 Cost: two n × n eigendecompositions and two Cholesky factorisations in float64, six m × n × n products (five of them
 in float64, so that ``G⊥`` is orthogonal to range(W) and agrees with its Gram matrix to float64 rounding: ``N`` can
 have large entries where ``G⊥`` is nearly rank-deficient, and float32 rounding there would become a tangent
-residual: ``reduction._reduce_consistent``). ``work_dtype=torch.float32`` (:func:`_low_precision`) does all of it in
+residual: ``reduction._reduce_consistent``). ``work_dtype=torch.float32`` (``_low_precision``) does all of it in
 float32: cheaper, and it pays in value for the shift that keeps it feasible.
 """
 
@@ -69,10 +69,10 @@ def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bo
 
     ``W`` must be a point to the rounding of its dtype, ``G`` finite and of ``W``'s dtype (float32 or float64).
     ``exact_residual`` (the public path) projects ``Φ`` onto the tangent space, measures ``‖WᵀΦ + ΦᵀW‖_F`` and
-    divides ``Φ`` by ``‖Φ‖₂`` where rounding left it above 1 (four more products); otherwise the residual reported is 0, which the construction gives up to
-    rounding, and the optimizer's retraction is exact for any ``Φ``. ``X`` is the multiplier of stage 1
-    (``-[WᵀG]_sym``), ``Y = 0``. ``work_dtype=torch.float32``: every stage in float32 (:func:`_low_precision`;
-float32 inputs only, which the dispatcher checks).
+    divides ``Φ`` by ``‖Φ‖₂`` where rounding left it above 1 (four more products); otherwise the residual reported
+    is 0, which the construction gives up to rounding, and the optimizer's retraction is exact for any ``Φ``. ``X``
+    is the multiplier of stage 1 (``-[WᵀG]_sym``), ``Y = 0``. ``work_dtype=torch.float32``: every stage in float32
+    (``_low_precision``; float32 inputs only, which the dispatcher checks).
     """
     if work_dtype == torch.float32:
         Phi, comp, dual0, red = _low_precision(W, G)
