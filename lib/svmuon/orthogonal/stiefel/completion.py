@@ -40,6 +40,7 @@ from svmuon.orthogonal.stiefel.reduction import (
     _residual,
     _skew,
     _sym,
+    _tangent_part,
 )
 
 __all__ = ["completion_direction", "completion_direction_matmul", "rotation_start"]
@@ -89,7 +90,7 @@ def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bo
         # gradient whose tangent part is rounding noise (G = W(S + Sᵀ)) leaves G⊥ as noise with a component along W
         # that N amplifies (measured: residual 2.0 in float64), hence the projection; eigh's relative error on T's
         # small eigenvalues, amplified by N, can leave ‖Φ‖₂² - 1 at ~1e-11 in float64 (measured), hence the division
-        Phi = Phi - W @ _sym(W.mT @ Phi)
+        Phi = _tangent_part(W, Phi)
         top = torch.linalg.eigvalsh(_sym((Phi.mT @ Phi).to(WORK_DTYPE))).amax(dim=-1).clamp_min(1.0)
         Phi = Phi / torch.sqrt(top).to(dt)[..., None, None]
         residual = _residual(W, Phi)
@@ -108,11 +109,11 @@ _LOW_RTOL = 45 * 2.0 ** -23
 
 
 def _low_precision(W: torch.Tensor, G: torch.Tensor) -> tuple:
-    """``(Φ, completion, f₀, reduced)`` of the completion computed in float32 throughout: every product at float32
-    speed (2-2.5× float64's on a CPU) and two float32 eigendecompositions. What float64 bought is paid for twice:
-    the Gram shift must cover the float32 Gram's rounding (``_LOW_SHIFT``, feasibility), which costs value in every
-    direction where ``G⊥`` is small, and ``G⊥`` is not orthogonal to range(W) beyond float32 rounding, so the
-    normal part is projected once more (two products) instead of the float64 reduction's Neumann correction.
+    """``(Φ, completion, f₀, reduced)`` of the completion computed in float32 throughout: every product and both
+    eigendecompositions in float32. The Gram shift must cover the float32 Gram's rounding (``_LOW_SHIFT``,
+    feasibility), which costs value wherever ``G⊥`` is small, and ``G⊥`` is not orthogonal to range(W) beyond
+    float32 rounding, so the normal part is projected once more (two products) instead of the float64 reduction's
+    Neumann correction.
     Measured on recorded training gradients (the chapter "The Stiefel case", ``python -m svmuon.bench stiefel``)."""
     W32, G32 = W.to(torch.float32), G.to(torch.float32)
     A = W32.mT @ G32

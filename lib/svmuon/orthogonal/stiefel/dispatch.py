@@ -23,6 +23,7 @@ from svmuon.orthogonal.stiefel.reduction import (
     _residual,
     _skew,
     _sym,
+    _tangent_part,
 )
 
 __all__ = ["solve"]
@@ -133,5 +134,5 @@ def solve(W: torch.Tensor, G: torch.Tensor, options: StiefelOptions, *, tol: flo
         sol = dual_ascent(W, G, X0, tol=tol, max_iter=max_iter, orthogonalize=orth, alpha=options.alpha, warm=warm,
                           trace=trace)
     sol.Y = _sym((W.mT @ G).to(WORK_DTYPE)) + sol.X
-    sol.tangent_norm = torch.linalg.matrix_norm((G - W @ _sym(W.mT @ G)).to(_real(G.dtype)))
+    sol.tangent_norm = torch.linalg.matrix_norm(_tangent_part(W, G).to(_real(G.dtype)))
     return sol

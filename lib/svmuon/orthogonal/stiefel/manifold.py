@@ -30,7 +30,7 @@ import torch
 from svmuon.orthogonal.base import Direction, Manifold, _orthogonalizer, as_matrix, check_pair, eye_like
 from svmuon.orthogonal.stiefel.dispatch import solve
 from svmuon.orthogonal.stiefel.options import StiefelOptions
-from svmuon.orthogonal.stiefel.reduction import WORK_DTYPE, _sym
+from svmuon.orthogonal.stiefel.reduction import WORK_DTYPE, _sym, _tangent_part
 from svmuon.orthogonal.stiefel.retraction import polar_retraction
 
 __all__ = ["Stiefel"]
@@ -213,7 +213,7 @@ class Stiefel(Manifold):
                 "warm": torch.zeros(W.shape[0], dtype=W.dtype, device=W.device)}
 
     def tangent(self, W: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
-        return Z - W @ _sym(W.mT @ Z)
+        return _tangent_part(W, Z)
 
     def direction(self, W: torch.Tensor, U: torch.Tensor, orthogonalize: Any, state: dict) -> Direction:
         """The steepest direction for the batch ``(k, m, n)``; ``step`` is ``Φ``. The iterative solvers warm-start
@@ -237,7 +237,7 @@ class Stiefel(Manifold):
             return Direction(torch.full_like(W, float("nan")), nan, {k: v for k, v in state.items()}, {})
         Phi = sol.Phi.to(W.dtype)
         if self.options.solver != "completion":  # an iterate stopped early (amortized: always) is not tangent,
-            Phi = Phi - W @ _sym(W.mT @ Phi)  # and the retraction's series assumes it is: project (2 products)
+            Phi = _tangent_part(W, Phi)  # and the retraction's series assumes it is: project (2 products)
         Phi = Phi + poison[:, None, None]
         tangent_norm = sol.tangent_norm.to(W.dtype) + poison
         info = {"iterations": torch.full((W.shape[0],), float(sol.iterations), dtype=W.dtype, device=W.device)}

@@ -101,6 +101,11 @@ def _eye(T: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     return torch.eye(T.shape[-1], dtype=dtype or T.dtype, device=T.device)
 
 
+def _tangent_part(W: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
+    """``P_W(Z) = Z - W [WᵀZ]_sym``, the projection onto the tangent space at ``W`` (two products)."""
+    return Z - W @ _sym(W.mT @ Z)
+
+
 def _residual(W: torch.Tensor, Phi: torch.Tensor) -> torch.Tensor:
     """``‖WᵀΦ + ΦᵀW‖_F`` per matrix (the tangent residual), accumulated in at least float32."""
     T = W.mT @ Phi
