@@ -333,15 +333,17 @@ def _plan_manifold_batch(plan: StepPlan, idx: list[int], params, grads, buffers,
     eta = (lr * damping).to(W.dtype)[:, None, None]
     W_new, defect = manifold.stabilize(manifold.retract_direction(Wc, d.step, eta, lr_max), correct)
     W_new, new_B = W_new.reshape(W.shape), new_B.reshape(W.shape)
+    k = len(idx)
     drift_prev = torch.stack([_as_drift(drifts[i] if drifts else None, defect) for i in idx])
-    on_manifold, worst_defect, worst_tol = _point_check(defect, drift_prev, eta, manifold, orthogonalize, atol)
+    on_manifold, tolerance = _point_check(defect, drift_prev, eta, manifold, orthogonalize, atol)
     # a NaN/Inf in g, B or B' reaches U; U is checked itself (the SVD route reads NaN as 0)
-    plan.add_batch([_label(labels, i) for i in idx], [U.reshape(len(idx), -1), W_new, new_B,
-                                                      d.tangent_norm.reshape(len(idx), -1)],
-                   on_manifold=on_manifold, defect=worst_defect, tolerance=worst_tol,
+    plan.add_batch([_label(labels, i) for i in idx], [U.reshape(k, -1), W_new, new_B, d.tangent_norm.reshape(k, -1)],
+                   on_manifold=on_manifold, defect=defect.reshape(k, -1), tolerance=tolerance,
                    defect_before=lambda: manifold.stabilize(Wc, False)[1])
-    new_drift = torch.zeros_like(drift_prev) if correct else defect.reshape(len(idx), -1).amax(dim=1)
+    new_drift = torch.zeros_like(drift_prev) if correct else defect.reshape(k, -1).amax(dim=1)
     info = {"tangent_norm": d.tangent_norm * u_scale.reshape(-1), "damping": damping, "defect": defect, **d.info}
+    state_rows = _rows(d.state, k, shape) if solver_states is not None else None
+    info_rows = _rows(info, k, shape) if infos is not None else None
     for j, i in enumerate(idx):
         back = (lambda T: T.mT) if flips[i] else (lambda T: T)  # noqa: E731
         p = params[i]
@@ -349,11 +351,10 @@ def _plan_manifold_batch(plan: StepPlan, idx: list[int], params, grads, buffers,
         plan.write(buffers[i], shard_like(back(new_B[j]), buffers[i]) if dt else back(new_B[j]))
         if drifts is not None and isinstance(drifts[i], torch.Tensor):
             plan.write(drifts[i], new_drift[j])
-        rows = lambda values: {key: _row(v, len(idx), j, shape) for key, v in values.items()}  # noqa: E731
-        if solver_states is not None:
-            _plan_state(plan, solver_states[i], rows(d.state))
-        if infos is not None:
-            _plan_state(plan, infos[i], rows(info), copy=False)
+        if state_rows is not None:
+            _plan_state(plan, solver_states[i], {key: rows[j] for key, rows in state_rows.items()})
+        if info_rows is not None:
+            _plan_state(plan, infos[i], {key: rows[j] for key, rows in info_rows.items()}, copy=False)
 
 
 def _flat(T: torch.Tensor) -> torch.Tensor:
@@ -362,23 +363,22 @@ def _flat(T: torch.Tensor) -> torch.Tensor:
 
 
 def _point_check(defect: torch.Tensor, drift_prev: torch.Tensor, eta: torch.Tensor, manifold: Any,
-                 orthogonalize: Any, atol: float | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per parameter (``k`` of them, ``b`` matrices each): ``defect <= 2 (atol + drift) + slack`` for every
-    matrix, and the defect and tolerance of its worst matrix (for the error message)."""
+                 orthogonalize: Any, atol: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per parameter (``k`` of them, ``b`` matrices each): whether ``defect <= 2 (atol + drift) + slack`` holds for
+    every matrix (``(k,)``; fails for NaN), and the tolerance of each matrix (``(k, b)``, or ``(k, 1)`` where it is
+    the same for all; read for the error message only)."""
     k = drift_prev.shape[0]
     tol = math.sqrt(torch.finfo(defect.dtype).eps) if atol is None else atol
     slack = manifold.step_slack(eta, orthogonalize)
     slack = slack.reshape(k, -1) if isinstance(slack, torch.Tensor) else slack
-    tolerance = (2 * (tol + drift_prev[:, None]) + slack).expand(k, defect.numel() // k)
-    excess = defect.reshape(k, -1) - tolerance  # the check holds where <= 0 (and fails for NaN)
-    worst = excess.argmax(dim=1, keepdim=True)
-    return (excess <= 0).all(dim=1), defect.reshape(k, -1).gather(1, worst)[:, 0], tolerance.gather(1, worst)[:, 0]
+    tolerance = (drift_prev[:, None] + tol) * 2 + slack
+    return (defect.reshape(k, -1) <= tolerance).all(dim=1), tolerance
 
 
-def _row(v: torch.Tensor, k: int, j: int, shape: tuple[int, ...]) -> torch.Tensor:
-    """Parameter ``j``'s part of a per-matrix batch value ``(k·b, ...)``: ``(...)`` of the parameter's batch
-    dims (a 0-d tensor for a plain matrix)."""
-    return v.reshape(k, *shape[:-2], *v.shape[1:])[j]
+def _rows(values: dict[str, torch.Tensor], k: int, shape: tuple[int, ...]) -> dict[str, tuple[torch.Tensor, ...]]:
+    """Each parameter's part of per-matrix batch values ``(k·b, ...)``: per name, ``k`` tensors ``(...)`` of the
+    parameter's batch dims (0-d tensors for plain matrices)."""
+    return {key: v.reshape(k, *shape[:-2], *v.shape[1:]).unbind(0) for key, v in values.items()}
 
 
 def manifold_muon(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],

@@ -53,13 +53,18 @@ class StepPlan:
                   tolerance: torch.Tensor | None = None,
                   defect_before: Callable[[], torch.Tensor] | None = None) -> None:
         """Record ``k`` parameters whose new values are finite iff every tensor of ``checked`` (each
-        ``(k, ...)``) is, and (on a manifold) their ``(k,)`` check, defects and tolerances.
+        ``(k, ...)``) is, and (on a manifold) their ``(k,)`` check with the defects and tolerances behind it
+        (``(k,)`` or ``(k, b)`` for ``b`` matrices each, broadcastable; an error reports a parameter's worst matrix).
 
         The fast flag is the finiteness of each matrix's *sum* (one pass; NaN and ±Inf propagate through
         a sum): it can only err towards a false alarm, when a sum of finite entries overflows, and an
         alarm is re-checked entry by entry before anything is refused.
         """
-        fast = torch.stack([torch.isfinite(T.sum(dim=tuple(range(1, T.ndim)))) for T in checked]).all(dim=0)
+        sums = [T.sum(dim=tuple(range(1, T.ndim))) for T in checked]
+        if len({T.dtype for T in sums}) == 1:  # one isfinite for all of them
+            fast = torch.isfinite(torch.stack(sums)).all(dim=0)
+        else:
+            fast = torch.stack([torch.isfinite(T) for T in sums]).all(dim=0)
         self._batches.append(dict(labels=list(labels), fast=fast, checked=list(checked), on_manifold=on_manifold,
                                   defect=defect, tolerance=tolerance, defect_before=defect_before))
 
@@ -84,8 +89,8 @@ class StepPlan:
                 elif not manifold[i]:
                     if before is None and b["defect_before"] is not None:
                         before = b["defect_before"]().reshape(len(finite), -1).amax(dim=1).tolist()
-                    out.append(("off_manifold", label, float(b["defect"][i]), float(b["tolerance"][i]),
-                                None if before is None else before[i]))
+                    defect, tol = _worst(b["defect"][i], b["tolerance"][i])
+                    out.append(("off_manifold", label, defect, tol, None if before is None else before[i]))
         return out
 
     def verify(self) -> None:
@@ -98,6 +103,14 @@ class StepPlan:
             target.copy_(value)
         for fn in self._on_commit:
             fn()
+
+
+def _worst(defect: torch.Tensor, tolerance: torch.Tensor) -> tuple[float, float]:
+    """The defect and tolerance of a parameter's worst matrix (the largest excess; NaN first), as floats."""
+    defect, tolerance = defect.reshape(-1), torch.broadcast_to(tolerance.reshape(-1), defect.reshape(-1).shape)
+    excess = torch.nan_to_num(defect - tolerance, nan=float("inf"))
+    j = int(excess.argmax())
+    return float(defect[j]), float(tolerance[j])
 
 
 def raise_for(optimizer: str, failures: list[tuple[str, Any, float | None, float | None, float | None]]) -> None:

@@ -231,10 +231,10 @@ def power_of_two_scale(T: torch.Tensor) -> torch.Tensor:
         Tensor ``(..., 1, 1)`` of ``T``'s dtype and device.
     """
     amax = T.abs().amax(dim=(-2, -1), keepdim=True)
-    _, exponent = torch.frexp(amax)  # amax = mantissa * 2**exponent, mantissa in [0.5, 1)
-    scale = torch.ldexp(torch.ones_like(amax), exponent)
-    scale = torch.where(torch.isinf(scale), torch.ldexp(torch.ones_like(amax), exponent - 1), scale)  # 2^e overflows
-    return torch.where(amax > 0, scale, torch.ones_like(amax))
+    # amax = mantissa * 2**exponent, mantissa in [0.5, 1); frexp(0) has exponent 0, so the scale of T = 0 is 1, and
+    # the exponent of the largest binade is lowered by one, where 2^e itself would overflow
+    exponent = torch.frexp(amax).exponent.clamp_max(math.frexp(torch.finfo(amax.dtype).max)[1] - 1)
+    return torch.ldexp(torch.ones_like(amax), exponent)
 
 
 _power_of_two_scale = power_of_two_scale  # the kernels' name for it

@@ -226,7 +226,7 @@ class Stiefel(Manifold):
         U = U.to(W.dtype)
         # one reduction flags a non-finite U (its sum is NaN/Inf; the optimizer's U is scaled to entries <= 1, so a
         # finite one cannot overflow): it is solved as 0 where not finite, and its direction poisoned with NaN
-        poison = torch.where(torch.isfinite(U.sum(dim=(-2, -1))), 0.0, float("nan"))
+        poison = U.sum(dim=(-2, -1)) * 0.0  # 0, or NaN where U holds NaN or Inf
         U = torch.nan_to_num(U, nan=0.0, posinf=0.0, neginf=0.0)
         warm = self._warm(state)
         try:

@@ -97,6 +97,12 @@ def _addmm(C: torch.Tensor, A: torch.Tensor, B: torch.Tensor, alpha: float = 1.0
     return C + alpha * (A @ B)
 
 
+def _mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """``A @ B``; ``bmm`` itself for two ``(k, ·, ·)`` batches (``matmul`` adds views and checks around it, a few
+    microseconds a call that the optimizer's step pays a dozen times)."""
+    return torch.bmm(A, B) if A.ndim == 3 and B.ndim == 3 else A @ B
+
+
 def _eye(T: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     return torch.eye(T.shape[-1], dtype=dtype or T.dtype, device=T.device)
 
@@ -218,10 +224,9 @@ def _pinv_powers(lam: torch.Tensor, rtol: float = RANK_RTOL) -> tuple[torch.Tens
     """``(λ^{1/2}, λ^{-1/2})`` of eigenvalues ``(..., n)`` in ``eigh``'s ascending order, with those <=
     ``rtol · λ_max`` (or all, if ``λ_max <= 0``) set to 0 in both: the square root and the pseudo-inverse square
     root of a PSD matrix."""
-    keep = lam > (rtol * lam[..., -1:]).clamp_min(0.0)
-    safe = torch.where(keep, lam, 1.0)
-    inv_root = torch.where(keep, torch.rsqrt(safe), 0.0)
-    return safe * inv_root, inv_root  # λ · λ^{-1/2} = λ^{1/2}, and 0 where dropped
+    cut = (rtol * lam[..., -1:]).clamp_min(torch.finfo(lam.dtype).tiny)  # > 0, so that rsqrt below stays finite
+    inv_root = torch.rsqrt(lam.clamp_min(cut)) * (lam > cut)
+    return lam * inv_root, inv_root  # λ · λ^{-1/2} = λ^{1/2}, and 0 where dropped
 
 
 def _gram_factor(C: torch.Tensor, shift: float | None = None) -> torch.Tensor:
@@ -238,7 +243,7 @@ def _gram_factor(C: torch.Tensor, shift: float | None = None) -> torch.Tensor:
     shifted.diagonal(dim1=-2, dim2=-1).add_(tr * ((2.0 ** -44) * max(1.0, n / 64) if shift is None else shift))
     L, info = torch.linalg.cholesky_ex(shifted)
     ok = (info == 0) & (tr[..., 0] > 0)
-    return torch.where(ok[..., None, None], L.mT, 0.0)
+    return torch.where(ok[..., None, None], L, 0.0).mT  # where on L, not on its transpose: a contiguous read
 
 
 class _Completion(NamedTuple):
@@ -254,13 +259,13 @@ def _complete(K: torch.Tensor, C: torch.Tensor, Omega: torch.Tensor, *, shift: f
     dtype of the inputs (float64; the float32 completion passes its own ``shift`` and ``rtol``). With
     ``T = QτQᵀ`` and ``B = QᵀRD``: ``N = Bᵀ τ^{+3/2} B``. (``eigh`` reads one triangle, so the products
     that are symmetric up to rounding are not symmetrised first.)"""
-    D = Omega @ Omega
+    D = _mm(Omega, Omega)
     D.diagonal(dim1=-2, dim2=-1).add_(1.0)
     R = _gram_factor(C, shift)
-    RD = R @ D
-    tau, Q = torch.linalg.eigh(RD @ R.mT)
+    RD = _mm(R, D)
+    tau, Q = torch.linalg.eigh(_mm(RD, R.mT))
     _, inv_root = _pinv_powers(tau, rtol)
-    B = Q.mT @ RD
-    N = _sym((B.mT * (inv_root * inv_root * inv_root)[..., None, :]) @ B)
+    B = _mm(Q.mT, RD)
+    N = _sym(_mm(B.mT * (inv_root * inv_root * inv_root)[..., None, :], B))
     value = (K * Omega).sum(dim=(-2, -1)) + (C * N).sum(dim=(-2, -1))
     return _Completion(N, value, 1)

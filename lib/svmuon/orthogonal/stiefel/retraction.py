@@ -8,6 +8,8 @@ costs no accuracy: the result is the nearest point to ``Vs`` to rounding.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from svmuon.orthogonal.stiefel.reduction import WORK_DTYPE, _sym
@@ -15,6 +17,7 @@ from svmuon.orthogonal.stiefel.reduction import WORK_DTYPE, _sym
 __all__ = ["polar_retraction"]
 
 
+@functools.lru_cache(maxsize=256)  # called at every optimizer step with the same few (lr, dtype) pairs
 def _series_degree(eta_max: float, unit: float) -> int | None:
     """The degree of the binomial series ``(I + E)^{-1/2} = Σ_k binom(-1/2, k) E^k`` that reaches ``unit`` for
     ``‖E‖₂ <= r``, ``r = η² + 1e-3`` (``E = (W - ηΦ)ᵀ(W - ηΦ) - I = η²ΦᵀΦ`` plus rounding and drift for tangent
