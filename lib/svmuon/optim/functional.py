@@ -378,6 +378,8 @@ def _point_check(defect: torch.Tensor, drift_prev: torch.Tensor, eta: torch.Tens
 def _rows(values: dict[str, torch.Tensor], k: int, shape: tuple[int, ...]) -> dict[str, tuple[torch.Tensor, ...]]:
     """Each parameter's part of per-matrix batch values ``(k·b, ...)``: per name, ``k`` tensors ``(...)`` of the
     parameter's batch dims (0-d tensors for plain matrices)."""
+    if len(shape) == 2:  # plain matrices: one row per parameter already
+        return {key: v.unbind(0) for key, v in values.items()}
     return {key: v.reshape(k, *shape[:-2], *v.shape[1:]).unbind(0) for key, v in values.items()}
 
 

@@ -137,10 +137,11 @@ def stiefel_direction(W: Any, G: Any, *, solver: str = StiefelOptions.solver, to
     starts = _warm_starts(Wt, c, X0=X0, Y0=Y0)
     out = solve(Wt, Gt / c, options, X0=starts.get("X0"), Y0=starts.get("Y0"), orthogonalize=orthogonalize,
                 trace=trace)
-    c64 = c.to(WORK_DTYPE)
-    out.X = out.X * c64
-    out.Y = None if out.Y is None else out.Y * c64
-    out.tangent_norm = None if out.tangent_norm is None else out.tangent_norm * c64[..., 0, 0]
+    c64 = c.to(WORK_DTYPE)  # float64 results, whatever the solver's work dtype
+    out.X = out.X.to(WORK_DTYPE) * c64
+    out.Y = None if out.Y is None else out.Y.to(WORK_DTYPE) * c64
+    out.tangent_norm = None if out.tangent_norm is None else out.tangent_norm.to(WORK_DTYPE) * c64[..., 0, 0]
+    out.gap = None if out.gap is None else out.gap.to(WORK_DTYPE)
     if was_numpy:
         for name in ("Phi", "X", "Y", "residual", "gap", "tangent_norm"):
             value = getattr(out, name)

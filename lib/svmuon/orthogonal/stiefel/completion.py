@@ -86,8 +86,9 @@ def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bo
         Phi = W @ Omega.to(G.dtype) + (red.Gp @ comp.N).to(G.dtype)
         value, S, tangent_norm, factorizations = comp.value, red.S, red.tangent_norm, 1 + comp.factorizations
     dt = G.dtype
-    positive = value > 0
-    gap = torch.where(positive, (dual0 - value) / torch.where(positive, value, 1.0), 0.0).clamp_min(0.0)
+    # the relative gap of the certificate; 0 for U = 0 (both values 0), and large, not hidden, where rounding left the
+    # value at or below 0 with a positive dual value
+    gap = (dual0 - value).clamp_min(0.0) / value.clamp_min(torch.finfo(value.dtype).tiny)
     if exact_residual:  # the public path: tangent and ‖Φ‖₂ <= 1 exactly, at the price of three more products. A
         # gradient whose tangent part is rounding noise (G = W(S + Sᵀ)) leaves G⊥ as noise with a component along W
         # that N amplifies (measured: residual 2.0 in float64), hence the projection; eigh's relative error on T's
@@ -98,9 +99,8 @@ def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bo
         residual = _residual(W, Phi)
     else:
         residual = torch.zeros(W.shape[:-2], dtype=_real(dt), device=W.device)
-    S = S.to(WORK_DTYPE)
-    return StiefelSolution(Phi, -S, residual, 0, True, 0, 0, factorizations, tangent_norm.to(WORK_DTYPE),
-                           torch.zeros_like(S), gap.to(WORK_DTYPE))
+    # the multipliers, the tangent norm and the certificate in the work dtype: the public entry point converts them
+    return StiefelSolution(Phi, -S, residual, 0, True, 0, 0, factorizations, tangent_norm, torch.zeros_like(S), gap)
 
 
 #: the float32 completion's Gram shift per unit tr(C) and row: ``δ = m u tr(C)`` covers the rounding of the float32
@@ -120,21 +120,24 @@ def _low_precision(W: torch.Tensor, G: torch.Tensor) -> tuple:
     (both read one triangle), the last projection and the rotation in one product.
     Measured on recorded training gradients (the chapter "The Stiefel case", ``python -m svmuon.bench stiefel``)."""
     lead, (m, n) = W.shape[:-2], W.shape[-2:]
-    W32 = W.to(torch.float32).reshape(-1, m, n)
-    G32 = G.to(torch.float32).reshape(-1, m, n)
+    flat = W.ndim != 3
+    W32 = W.to(torch.float32).reshape(-1, m, n) if flat else W.to(torch.float32)
+    G32 = G.to(torch.float32).reshape(-1, m, n) if flat else G.to(torch.float32)
     A = torch.bmm(W32.mT, G32)
     Gp = torch.baddbmm(G32, W32, A, alpha=-1.0)
     C = torch.bmm(Gp.mT, Gp)
     K = (A - A.mT) * 0.5
+    trC = C.diagonal(dim1=-2, dim2=-1).sum(-1)
     Omega, dual0 = rotation_start(K, C, _LOW_RTOL)
-    comp = _complete(K, C, Omega, shift=_LOW_SHIFT * m, rtol=_LOW_RTOL)
+    comp = _complete(K, C, Omega, shift=_LOW_SHIFT * m, rtol=_LOW_RTOL, trace=trC)
     X = torch.bmm(Gp, comp.N)
     # Φ = X - W WᵀX + WΩ: the normal part orthogonal to range(W) to float32 rounding, and the rotation, in one product
-    Phi = torch.baddbmm(X, W32, Omega - torch.bmm(W32.mT, X))
-    tangent_norm = torch.sqrt((K * K).sum(dim=(-2, -1)) + C.diagonal(dim1=-2, dim2=-1).sum(-1))
+    Phi = torch.baddbmm(X, W32, Omega - torch.bmm(W32.mT, X)).to(G.dtype)
+    tangent_norm = torch.sqrt((K * K).sum(dim=(-2, -1)) + trC)
     S = (A + A.mT) * 0.5
-    return (Phi.to(G.dtype).reshape(G.shape), comp.value.reshape(lead), dual0.reshape(lead), S.reshape(*lead, n, n),
-            tangent_norm.reshape(lead))
+    if not flat:
+        return Phi, comp.value, dual0, S, tangent_norm
+    return Phi.reshape(G.shape), comp.value.reshape(lead), dual0.reshape(lead), S.reshape(*lead, n, n), tangent_norm.reshape(lead)
 
 
 def _sqrt_from_below(D: torch.Tensor, steps: int) -> torch.Tensor:

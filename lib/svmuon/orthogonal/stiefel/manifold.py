@@ -220,12 +220,12 @@ class Stiefel(Manifold):
         from ``state["Y"]`` (the reduced multiplier of the previous step's update per unit ``‖P_W(U)‖_F``, where
         ``state["warm"]`` is 1: it depends on the tangent part of ``U`` only, and is positively homogeneous in it;
         the normal part of ``U``, the current gradient's alone, does not scale it). A non-finite ``U`` is
-        solved as 0 and gives a NaN direction, which the optimizer's finiteness check reports; a factorisation
-        that does not converge (LAPACK) gives one too. Nothing raises, but float64 inputs with
+        solved as 0 and gives a NaN tangent norm (so a NaN step length), which the optimizer's finiteness check
+        reports; a factorisation that does not converge (LAPACK) gives a NaN direction. Nothing raises, but float64 inputs with
         ``work_dtype=torch.float32`` (a TypeError, before anything is changed)."""
         U = U.to(W.dtype)
         # one reduction flags a non-finite U (its sum is NaN/Inf; the optimizer's U is scaled to entries <= 1, so a
-        # finite one cannot overflow): it is solved as 0 where not finite, and its direction poisoned with NaN
+        # finite one cannot overflow): it is solved as 0 where not finite, and its tangent norm poisoned with NaN
         poison = U.sum(dim=(-2, -1)) * 0.0  # 0, or NaN where U holds NaN or Inf
         U = torch.nan_to_num(U, nan=0.0, posinf=0.0, neginf=0.0)
         warm = self._warm(state)
@@ -238,7 +238,6 @@ class Stiefel(Manifold):
         Phi = sol.Phi.to(W.dtype)
         if self.options.solver != "completion":  # an iterate stopped early (amortized: always) is not tangent,
             Phi = _tangent_part(W, Phi)  # and the retraction's series assumes it is: project (2 products)
-        Phi = Phi + poison[:, None, None]
         tangent_norm = sol.tangent_norm.to(W.dtype) + poison
         info = {"iterations": torch.full((W.shape[0],), float(sol.iterations), dtype=W.dtype, device=W.device)}
         if sol.gap is not None:

@@ -109,6 +109,8 @@ def _eye(T: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
 
 def _tangent_part(W: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
     """``P_W(Z) = Z - W [WᵀZ]_sym``, the projection onto the tangent space at ``W`` (two products)."""
+    if W.ndim == 3 and Z.ndim == 3 and W.shape[0] == Z.shape[0]:  # the optimizer's batches: bmm itself, fused
+        return torch.baddbmm(Z, W, _sym(torch.bmm(W.mT, Z)), alpha=-1.0)
     return Z - W @ _sym(W.mT @ Z)
 
 
@@ -229,21 +231,21 @@ def _pinv_powers(lam: torch.Tensor, rtol: float = RANK_RTOL) -> tuple[torch.Tens
     return lam * inv_root, inv_root  # λ · λ^{-1/2} = λ^{1/2}, and 0 where dropped
 
 
-def _gram_factor(C: torch.Tensor, shift: float | None = None) -> torch.Tensor:
+def _gram_factor(C: torch.Tensor, shift: float | None = None, trace: torch.Tensor | None = None) -> torch.Tensor:
     """An upper-triangular ``R`` with ``RᵀR = C + δI``, ``δ = shift · tr(C)`` (Cholesky; ``R = 0`` for ``C = 0``).
 
     Default shift (float64): ``2⁻⁴⁴ max(1, n/64)``, four times the rounding floor ``n u ‖C‖`` of a float64 Gram
     matrix (and it keeps a singular ``C``, e.g. from a gradient with zero columns, factorizable). Using
     ``C + δI ⪰ C`` keeps the completion feasible (``N C N ⪯ N (C + δI) N ⪯ D``) and costs at most ``√δ`` of value
     per null direction of ``C`` (``2.4e-7 ‖G⊥‖_F``). The float32 completion passes a larger one
-    (``completion._LOW_SHIFT``)."""
+    (``completion._LOW_SHIFT``), and ``trace`` (``tr C``, ``(...)``) where it has it. ``C = 0`` (or any ``C`` that is
+    not positive semidefinite) fails the factorisation, hence ``R = 0``."""
     n = C.shape[-1]
-    tr = C.diagonal(dim1=-2, dim2=-1).sum(-1, keepdim=True)
+    tr = C.diagonal(dim1=-2, dim2=-1).sum(-1) if trace is None else trace
     shifted = C.clone()
-    shifted.diagonal(dim1=-2, dim2=-1).add_(tr * ((2.0 ** -44) * max(1.0, n / 64) if shift is None else shift))
+    shifted.diagonal(dim1=-2, dim2=-1).add_((tr * ((2.0 ** -44) * max(1.0, n / 64) if shift is None else shift))[..., None])
     L, info = torch.linalg.cholesky_ex(shifted)
-    ok = (info == 0) & (tr[..., 0] > 0)
-    return torch.where(ok[..., None, None], L, 0.0).mT  # where on L, not on its transpose: a contiguous read
+    return torch.where((info == 0)[..., None, None], L, 0.0).mT  # where on L, not on its transpose: a contiguous read
 
 
 class _Completion(NamedTuple):
@@ -253,7 +255,7 @@ class _Completion(NamedTuple):
 
 
 def _complete(K: torch.Tensor, C: torch.Tensor, Omega: torch.Tensor, *, shift: float | None = None,
-              rtol: float = RANK_RTOL) -> _Completion:
+              rtol: float = RANK_RTOL, trace: torch.Tensor | None = None) -> _Completion:
     """The best normal part for the rotation ``Ω`` (prop-stiefel-primal): ``N = D Rᵀ T^{+3/2} R D`` with
     ``D = I + Ω²``, ``T = R D Rᵀ``, ``RᵀR = C``; one n × n eigendecomposition and four n × n products, in the
     dtype of the inputs (float64; the float32 completion passes its own ``shift`` and ``rtol``). With
@@ -261,7 +263,7 @@ def _complete(K: torch.Tensor, C: torch.Tensor, Omega: torch.Tensor, *, shift: f
     that are symmetric up to rounding are not symmetrised first.)"""
     D = _mm(Omega, Omega)
     D.diagonal(dim1=-2, dim2=-1).add_(1.0)
-    R = _gram_factor(C, shift)
+    R = _gram_factor(C, shift, trace)
     RD = _mm(R, D)
     tau, Q = torch.linalg.eigh(_mm(RD, R.mT))
     _, inv_root = _pinv_powers(tau, rtol)
