@@ -7,6 +7,8 @@ maps applied to s (NumPy, float64), and the steepest-descent value with an SDP s
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -15,6 +17,7 @@ from helpers import orthonormal, with_spectrum
 from hypothesis import strategies as st
 
 from svmuon.orthogonal import msign
+from svmuon.orthogonal.msign import power_of_two_scale
 from svmuon.orthogonal.coefficients import scalar_map
 
 F64 = torch.float64
@@ -333,3 +336,28 @@ def test_diverging_schedules_raise_instead_of_returning_inf(gen):
             msign(G, method="newton_schulz", ns_coefficients=[(3.0, 0.0, 0.0)], ns_steps=100)
         assert bool(torch.isfinite(msign(G.double(), method="newton_schulz", ns_coefficients=[(3.0, 0.0, 0.0)],
                                          ns_steps=100)).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_power_of_two_scale_against_frexp(dtype):
+    # Independent route: Python's math.frexp of each matrix's max |entry| (exact for every float). Expected: 2^e with
+    # max = mantissa · 2^e, mantissa in [0.5, 1); 1 for a zero matrix; 2^(e-1) in the top binade, where 2^e overflows.
+    fi = torch.finfo(dtype)
+    top = math.frexp(fi.max)[1]
+    values = [0.0, 3.0, 0.75, 1.0, fi.max, fi.max / 2, fi.tiny, fi.tiny / 8, fi.smallest_normal * 3]
+    T = torch.tensor(values, dtype=dtype).reshape(-1, 1, 1).expand(-1, 2, 3).clone()
+    T[:, 1, 2] *= -1  # the sign must not matter
+    got = power_of_two_scale(T).flatten().tolist()
+    for x, scale in zip(T[:, 0, 0].tolist(), got):
+        if x == 0:
+            assert scale == 1.0
+            continue
+        e = math.frexp(abs(x))[1]
+        assert scale == 2.0 ** min(e, top - 1), (dtype, x, scale)
+        assert 0.5 <= abs(x) / scale < 2.0  # [0.5, 1) but in the top binade, [1, 2)
+
+
+def test_power_of_two_scale_keeps_nan_and_inf_visible():
+    T = torch.tensor([float("nan"), float("inf"), -float("inf")]).reshape(-1, 1, 1)
+    X = T / power_of_two_scale(T)  # the caller's finiteness checks must still see them
+    assert torch.isnan(X[0]).all() and torch.isinf(X[1:]).all()

@@ -472,3 +472,16 @@ def test_an_untangent_solver_direction_is_projected_before_the_retraction(gen):
         opt.step()
         worst = max(worst, float(M.defect(p.detach())))
     assert worst < 1e-5
+
+
+def test_the_float32_work_dtype_reports_float64_multipliers_and_a_zero_gap_for_zero(gen):
+    # the kernel keeps X, Y, the tangent norm and the certificate in float32 (the optimizer's step reads them there);
+    # the public entry point returns them in float64 as its contract says. G = 0: Φ = 0, value = dual = 0, gap 0
+    W, G = _instance(gen, 40, 8, dtype=torch.float32)
+    sol = stiefel_direction(W, G, work_dtype=torch.float32)
+    assert all(t.dtype == F64 for t in (sol.X, sol.Y, sol.tangent_norm, sol.gap))
+    ref = stiefel_direction(M.project(W.double()), G.double())  # float64: the same tangent norm to float32 rounding
+    assert abs(float(sol.tangent_norm) - float(ref.tangent_norm)) <= 64 * torch.finfo(torch.float32).eps * float(
+        ref.tangent_norm)
+    zero = stiefel_direction(W, torch.zeros_like(G), work_dtype=torch.float32)
+    assert float(zero.gap) == 0.0 and float(zero.tangent_norm) == 0.0 and not bool(zero.Phi.any())
