@@ -352,3 +352,31 @@ def test_numpy_hyperparameters_and_bad_manifold(gen):
         ManifoldMuon(ps, manifold=Orthogonal)  # the class, not an instance
     with pytest.raises(TypeError, match="nesterov must be a bool"):
         OrthogonalMuon(ps, nesterov="no")
+
+
+def test_a_batched_parameter_moved_off_reports_its_worst_matrix(gen):
+    # a (3, 7, 3) Stiefel parameter whose middle matrix was scaled by 2 outside the optimizer: the step is refused,
+    # nothing changes, and the message gives that matrix's defect after the step (the error path finds the worst of
+    # the three, plan._worst) against the tolerance 2 atol (atol = √eps in float64, no drift, no slack on St)
+    import re
+
+    from svmuon.optim import OffManifoldError
+    from svmuon.orthogonal.stiefel import Stiefel
+
+    S = Stiefel()
+    W = S.project(torch.randn(3, 7, 3, generator=gen, dtype=torch.float64))
+    p = torch.nn.Parameter(W.clone())
+    opt = ManifoldMuon([p], lr=0.05, manifold=S)
+    p.grad = torch.randn(3, 7, 3, generator=gen, dtype=torch.float64)
+    opt.step()
+    with torch.no_grad():
+        p[1].mul_(2.0)
+    before = p.detach().clone()
+    p.grad = torch.randn(3, 7, 3, generator=gen, dtype=torch.float64)
+    with pytest.raises(OffManifoldError, match=r"no longer on its manifold") as err:
+        opt.step()
+    assert torch.equal(p.detach(), before)
+    defect, tol = (float(x) for x in re.search(r"= ([0-9.e+-]+) after the step, above its tolerance ([0-9.e+-]+)",
+                                                str(err.value)).groups())
+    assert tol == pytest.approx(2 * math.sqrt(torch.finfo(torch.float64).eps), rel=1e-3)
+    assert defect > 0.1  # the scaled matrix: the series retraction from a point with WᵀW = 4I stays far off

@@ -358,6 +358,12 @@ def test_power_of_two_scale_against_frexp(dtype):
 
 
 def test_power_of_two_scale_keeps_nan_and_inf_visible():
-    T = torch.tensor([float("nan"), float("inf"), -float("inf")]).reshape(-1, 1, 1)
-    X = T / power_of_two_scale(T)  # the caller's finiteness checks must still see them
-    assert torch.isnan(X[0]).all() and torch.isinf(X[1:]).all()
+    # a matrix holding NaN or ±Inf among finite entries gets a finite positive scale, so the quotient keeps the NaN
+    # or Inf where it was (the caller's finiteness checks must still see it) and the finite entries stay finite
+    T = torch.full((3, 2, 2), 3.0)
+    T[0, 0, 1], T[1, 1, 0], T[2, 0, 0] = float("nan"), float("inf"), -float("inf")
+    scale = power_of_two_scale(T)
+    assert bool(torch.isfinite(scale).all()) and bool((scale > 0).all())
+    X = T / scale
+    assert bool(X[0, 0, 1].isnan()) and bool(X[1, 1, 0].isinf()) and bool(X[2, 0, 0].isinf())
+    assert int(torch.isfinite(X).sum()) == 9

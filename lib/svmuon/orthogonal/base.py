@@ -48,7 +48,8 @@ Subclass :class:`Manifold` and implement
   (``orthogonalize`` is ``X -> msign(X)``, an :class:`~svmuon.orthogonal.msign.Orthogonalizer`). ``step`` is
   whatever ``retract_direction`` needs; ``tangent_norm`` is ``‖P_W(U)‖_F`` per matrix (``(k,)``); ``info``
   maps names to ``(k,)`` diagnostics, which the optimizer stores in ``state[p]["info"]``. A non-finite ``U``
-  must give a non-finite ``step`` (the optimizer's finiteness check reports it); nothing may raise.
+  must give a non-finite ``step`` or ``tangent_norm`` (the optimizer's finiteness check reports it, and checks ``U``
+  itself too); nothing may raise.
 * ``retract_direction(W, step, eta, eta_max) -> W_new``: the retraction of ``-eta Φ``; ``eta`` is a tensor of
   shape ``(k, 1, 1)``, ``eta_max`` a host float bound on it (the learning rate), which may pick the method.
 * ``stabilize(W, correct) -> (W, defect)``: ``defect = max|WᵀW - I|`` per matrix (``(k,)``, before

@@ -86,8 +86,8 @@ def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bo
         Phi = W @ Omega.to(G.dtype) + (red.Gp @ comp.N).to(G.dtype)
         value, S, tangent_norm, factorizations = comp.value, red.S, red.tangent_norm, 1 + comp.factorizations
     dt = G.dtype
-    # the relative gap of the certificate; 0 for U = 0 (both values 0), and large, not hidden, where rounding left the
-    # value at or below 0 with a positive dual value
+    # the relative gap of the certificate; 0 for U = 0 (both values 0), and large (up to inf), not hidden, where
+    # rounding left the value at or below 0 with a positive dual value (a diagnostic: no check reads it)
     gap = (dual0 - value).clamp_min(0.0) / value.clamp_min(torch.finfo(value.dtype).tiny)
     if exact_residual:  # the public path: tangent and ‖Φ‖₂ <= 1 exactly, at the price of three more products. A
         # gradient whose tangent part is rounding noise (G = W(S + Sᵀ)) leaves G⊥ as noise with a component along W
@@ -137,7 +137,8 @@ def _low_precision(W: torch.Tensor, G: torch.Tensor) -> tuple:
     S = (A + A.mT) * 0.5
     if not flat:
         return Phi, comp.value, dual0, S, tangent_norm
-    return Phi.reshape(G.shape), comp.value.reshape(lead), dual0.reshape(lead), S.reshape(*lead, n, n), tangent_norm.reshape(lead)
+    return (Phi.reshape(G.shape), comp.value.reshape(lead), dual0.reshape(lead), S.reshape(*lead, n, n),
+            tangent_norm.reshape(lead))
 
 
 def _sqrt_from_below(D: torch.Tensor, steps: int) -> torch.Tensor:

@@ -47,7 +47,9 @@ class StiefelSolution:
     Attributes:
         Phi: ``(..., m, n)``, the direction (ascent: descend along ``-Phi``), dtype of ``G``.
         X: ``(..., n, n)`` symmetric multiplier with ``Phi ≈ msign(G + WX)`` (the dual point the solver ends at),
-            float64 whatever the dtype of ``G``.
+            float64 whatever the dtype of ``G`` from :func:`~svmuon.orthogonal.stiefel.api.stiefel_direction`
+            (the unchecked kernels leave ``X``, ``Y``, ``tangent_norm`` and ``gap`` in their work dtype: float32
+            for ``work_dtype=torch.float32``).
         residual: ``(...)``, ``‖WᵀΦ + ΦᵀW‖_F`` of the returned ``Phi`` (the tangent residual).
         iterations: outer iterations run (the most over the batch; 0 for the closed-form ``"completion"``).
         converged: every residual <= ``tol`` (``"completion"``: always feasible, so ``True``).
@@ -224,8 +226,8 @@ RANK_RTOL = 1e-14  # eigenvalues below this fraction of the largest count as zer
 
 def _pinv_powers(lam: torch.Tensor, rtol: float = RANK_RTOL) -> tuple[torch.Tensor, torch.Tensor]:
     """``(λ^{1/2}, λ^{-1/2})`` of eigenvalues ``(..., n)`` in ``eigh``'s ascending order, with those <=
-    ``rtol · λ_max`` (or all, if ``λ_max <= 0``) set to 0 in both: the square root and the pseudo-inverse square
-    root of a PSD matrix."""
+    ``max(rtol · λ_max, tiny)`` (all, if ``λ_max <= 0``) set to 0 in both: the square root and the pseudo-inverse
+    square root of a PSD matrix. A NaN eigenvalue stays NaN (the finiteness checks downstream see it)."""
     cut = (rtol * lam[..., -1:]).clamp_min(torch.finfo(lam.dtype).tiny)  # > 0, so that rsqrt below stays finite
     inv_root = torch.rsqrt(lam.clamp_min(cut)) * (lam > cut)
     return lam * inv_root, inv_root  # λ · λ^{-1/2} = λ^{1/2}, and 0 where dropped
@@ -238,14 +240,16 @@ def _gram_factor(C: torch.Tensor, shift: float | None = None, trace: torch.Tenso
     matrix (and it keeps a singular ``C``, e.g. from a gradient with zero columns, factorizable). Using
     ``C + δI ⪰ C`` keeps the completion feasible (``N C N ⪯ N (C + δI) N ⪯ D``) and costs at most ``√δ`` of value
     per null direction of ``C`` (``2.4e-7 ‖G⊥‖_F``). The float32 completion passes a larger one
-    (``completion._LOW_SHIFT``), and ``trace`` (``tr C``, ``(...)``) where it has it. ``C = 0`` (or any ``C`` that is
-    not positive semidefinite) fails the factorisation, hence ``R = 0``."""
+    (``completion._LOW_SHIFT``), and ``trace`` (``tr C``, ``(...)``) where it has it. Where ``C + δI`` is not
+    positive definite (``C = 0`` among them) ``R = 0``."""
     n = C.shape[-1]
     tr = C.diagonal(dim1=-2, dim2=-1).sum(-1) if trace is None else trace
     shifted = C.clone()
-    shifted.diagonal(dim1=-2, dim2=-1).add_((tr * ((2.0 ** -44) * max(1.0, n / 64) if shift is None else shift))[..., None])
+    delta = tr * ((2.0 ** -44) * max(1.0, n / 64) if shift is None else shift)
+    shifted.diagonal(dim1=-2, dim2=-1).add_(delta[..., None])
     L, info = torch.linalg.cholesky_ex(shifted)
-    return torch.where((info == 0)[..., None, None], L, 0.0).mT  # where on L, not on its transpose: a contiguous read
+    ok = (info == 0) & (tr > 0)  # C = 0: not left to the backend's zero-pivot test (unused parameters are common)
+    return torch.where(ok[..., None, None], L, 0.0).mT  # where on L, not on its transpose: a contiguous read
 
 
 class _Completion(NamedTuple):
