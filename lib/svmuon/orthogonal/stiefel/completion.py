@@ -37,7 +37,6 @@ from svmuon.orthogonal.stiefel.reduction import (
     _pinv_powers,
     _real,
     _reduce_consistent,
-    _reduced,
     _residual,
     _skew,
     _sym,
@@ -76,7 +75,6 @@ def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bo
     is the multiplier of stage 1 (``-[WᵀG]_sym``), ``Y = 0``. ``work_dtype=torch.float32``: every stage in float32
     (``_low_precision``; float32 inputs only, which the dispatcher checks).
     """
-    factorizations = 2  # the two eigh (the Cholesky factorisation is not counted)
     if work_dtype == torch.float32:
         Phi, value, dual0, S, tangent_norm = _low_precision(W, G)
     else:
@@ -84,7 +82,7 @@ def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bo
         Omega, dual0 = rotation_start(red.K, red.C)
         comp = _complete(red.K, red.C, Omega)
         Phi = W @ Omega.to(G.dtype) + (red.Gp @ comp.N).to(G.dtype)
-        value, S, tangent_norm, factorizations = comp.value, red.S, red.tangent_norm, 1 + comp.factorizations
+        value, S, tangent_norm = comp.value, red.S, red.tangent_norm
     dt = G.dtype
     # the relative gap of the certificate; 0 for U = 0 (both values 0), and large (up to inf), not hidden, where
     # rounding left the value at or below 0 with a positive dual value (a diagnostic: no check reads it)
@@ -100,7 +98,8 @@ def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bo
     else:
         residual = torch.zeros(W.shape[:-2], dtype=_real(dt), device=W.device)
     # the multipliers, the tangent norm and the certificate in the work dtype: the public entry point converts them
-    return StiefelSolution(Phi, -S, residual, 0, True, 0, 0, factorizations, tangent_norm, torch.zeros_like(S), gap)
+    # factorizations: the two eigh of either route (the Cholesky factorisation is not counted)
+    return StiefelSolution(Phi, -S, residual, 0, True, 0, 0, 2, tangent_norm, torch.zeros_like(S), gap)
 
 
 #: the float32 completion's Gram shift per unit tr(C) and row: ``δ = m u tr(C)`` covers the rounding of the float32
@@ -120,9 +119,7 @@ def _low_precision(W: torch.Tensor, G: torch.Tensor) -> tuple:
     (both read one triangle), the last projection and the rotation in one product.
     Measured on recorded training gradients (the chapter "The Stiefel case", ``python -m svmuon.bench stiefel``)."""
     lead, (m, n) = W.shape[:-2], W.shape[-2:]
-    flat = W.ndim != 3
-    W32 = W.to(torch.float32).reshape(-1, m, n) if flat else W.to(torch.float32)
-    G32 = G.to(torch.float32).reshape(-1, m, n) if flat else G.to(torch.float32)
+    W32, G32 = W.to(torch.float32).reshape(-1, m, n), G.to(torch.float32).reshape(-1, m, n)
     A = torch.bmm(W32.mT, G32)
     Gp = torch.baddbmm(G32, W32, A, alpha=-1.0)
     C = torch.bmm(Gp.mT, Gp)
@@ -135,8 +132,6 @@ def _low_precision(W: torch.Tensor, G: torch.Tensor) -> tuple:
     Phi = torch.baddbmm(X, W32, Omega - torch.bmm(W32.mT, X)).to(G.dtype)
     tangent_norm = torch.sqrt((K * K).sum(dim=(-2, -1)) + trC)
     S = (A + A.mT) * 0.5
-    if not flat:
-        return Phi, comp.value, dual0, S, tangent_norm
     return (Phi.reshape(G.shape), comp.value.reshape(lead), dual0.reshape(lead), S.reshape(*lead, n, n),
             tangent_norm.reshape(lead))
 

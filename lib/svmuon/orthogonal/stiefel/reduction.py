@@ -255,7 +255,6 @@ def _gram_factor(C: torch.Tensor, shift: float | None = None, trace: torch.Tenso
 class _Completion(NamedTuple):
     N: torch.Tensor  # (..., n, n), the normal part is G⊥ N
     value: torch.Tensor  # (...), p(Ω) = ⟨K, Ω⟩ + tr(C N): the value ⟨G, Φ(Ω)⟩ exactly
-    factorizations: int
 
 
 def _complete(K: torch.Tensor, C: torch.Tensor, Omega: torch.Tensor, *, shift: float | None = None,
@@ -274,4 +273,4 @@ def _complete(K: torch.Tensor, C: torch.Tensor, Omega: torch.Tensor, *, shift: f
     B = _mm(Q.mT, RD)
     N = _sym(_mm(B.mT * (inv_root * inv_root * inv_root)[..., None, :], B))
     value = (K * Omega).sum(dim=(-2, -1)) + (C * N).sum(dim=(-2, -1))
-    return _Completion(N, value, 1)
+    return _Completion(N, value)

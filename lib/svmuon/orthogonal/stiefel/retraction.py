@@ -12,7 +12,7 @@ import functools
 
 import torch
 
-from svmuon.orthogonal.stiefel.reduction import WORK_DTYPE, _sym
+from svmuon.orthogonal.stiefel.reduction import WORK_DTYPE, _mm, _sym
 
 __all__ = ["polar_retraction"]
 
@@ -52,12 +52,11 @@ def polar_retraction(W: torch.Tensor, Phi: torch.Tensor, eta: torch.Tensor, eta_
     host bound ``eta_max`` has ``η² < 0.5``, else (or for ``eta_max=None``) by an eigendecomposition in float64.
     Two m × n × n products and a few n × n ones."""
     Vs = torch.addcmul(W, eta, Phi, value=-1.0)
-    H = torch.bmm(Vs.mT, Vs) if Vs.ndim == 3 else Vs.mT @ Vs
+    H = _mm(Vs.mT, Vs)
     degree = None if eta_max is None else _series_degree(float(eta_max), torch.finfo(W.dtype).eps)
     if degree is None:
         lam, V = torch.linalg.eigh(_sym(H.to(WORK_DTYPE)))
         Z = (V * torch.rsqrt(lam.clamp_min(torch.finfo(WORK_DTYPE).tiny))[..., None, :]) @ V.mT
         return Vs @ Z.to(W.dtype)
     E = H - torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
-    Z = _sym(_inverse_sqrt_series(E, degree))
-    return torch.bmm(Vs, Z) if Vs.ndim == 3 else Vs @ Z
+    return _mm(Vs, _sym(_inverse_sqrt_series(E, degree)))
