@@ -138,17 +138,26 @@ def test_a_kernel_floor_replays_the_steps_linear_algebra_and_nothing_else():
 
 
 def _check_ratios(res):
-    base = res["optimizers"]["muon"]["times"]
+    assert res["protocol"] == "pairs"
+    others = [n for n in res["optimizers"] if n != "muon"]
     for name, row in res["optimizers"].items():
+        # each optimizer against the baseline of its own pair; the baseline's row pools its pairs' times
+        base = row.get("baseline_times", row["times"])
+        assert (name == "muon") == ("baseline_times" not in row)
         for clock in ("wall_s", "thread_s"):
             t = row["times"][clock]
-            assert len(t) == 4 and row[clock]["median"] == statistics.median(t) and row[clock]["min"] == min(t)
+            assert len(t) == 4 * (max(1, len(others)) if name == "muon" else 1)
+            assert row[clock]["median"] == statistics.median(t) and row[clock]["min"] == min(t)
+            assert len(base[clock]) == len(t) or name == "muon"
             r = row["ratio"][clock.removesuffix("_s")]
             assert r["ratio_of_medians"] == statistics.median(t) / statistics.median(base[clock])
             assert r["ratio_of_minima"] == min(t) / min(base[clock])
+        assert row["baseline_thread_s"]["median"] == statistics.median(base["thread_s"])
         # every constrained optimizer kept its points on the manifold (float32 rounding)
         if name not in ("muon", timing.FLOOR, *timing.KERNELS):
             assert row["defect_end"] < 1e-4
+    pooled = res["optimizers"]["muon"]["times"]["thread_s"]
+    assert sorted(pooled) == sorted(t for n in others for t in res["optimizers"][n]["baseline_times"]["thread_s"])
     assert res["optimizers"]["muon"]["host_syncs_per_step"]["max"] == 1  # Muon's one fused check (test_muon.py)
 
 
@@ -176,6 +185,10 @@ def test_bench_stiefel_smoke(tmp_path):
     for name in ("digits", "text"):
         ratio = res["step_ratio"][name]["optimizers"]
         assert ratio["muon"]["ratio"]["thread"]["ratio_of_medians"] == 1.0
+        check = res["step_ratio"][name]["in_training"]  # the protocol's check: timed inside training
+        assert check["steps"] == 8 and check["timed_steps"] == 6 and set(check["optimizers"]) == set(timing.IN_TRAINING)
+        assert check["optimizers"]["muon"]["ratio_of_medians"] == 1.0
+        assert all(r["ratio_of_medians"] > 0 and np.isfinite(r["loss_last"]) for r in check["optimizers"].values())
         gap = res["gap"][name]
         for row in gap["completion"]:  # the reference is the optimum up to its own certificate
             assert row["gap"] >= -1e-9 - row["reference_certificate"] and row["gap_max"] >= row["gap"]

@@ -67,6 +67,23 @@ def test_the_instances_are_the_momentum_updates_the_solver_saw(text_data):
     assert float((inst.W.double().mT @ inst.W.double() - torch.eye(64, dtype=torch.float64)).abs().max()) < 1e-5
 
 
+def test_the_training_context_is_trainings_forward_and_backward(text_data):
+    """The work the step-ratio replays run before every timed step: at k = 0 it is training's first forward and
+    backward pass, so its gradients are the stream's first ones, bit for bit; it cycles through the minibatches and
+    leaves the recorded stream alone; a stream without data has none."""
+    w = _workloads.record("text", steps=3, samples=0, data=text_data)
+    context = _workloads.training_context(w)
+    kept = [g.clone() for g in w.grads[0]]
+    context(0)
+    assert torch.equal(context.model.W1.grad, w.grads[0][0]) and torch.equal(context.model.W2.grad, w.grads[0][1])
+    context(1)
+    assert not torch.equal(context.model.W1.grad, w.grads[0][0])  # another minibatch
+    context(3)  # the first minibatch again
+    assert torch.equal(context.model.W1.grad, w.grads[0][0])
+    assert all(torch.equal(a, b) for a, b in zip(kept, w.grads[0]))
+    assert _workloads.training_context(_workloads.Workload("tiny", {}, {}, 0.05, 0, w.start, w.grads)) is None
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     (dict(name="imagenet"), "workload"), (dict(name="text", steps=0), "steps"),
     (dict(name="text", steps=2.5), "steps"), (dict(name="text", samples=-1), "samples"),

@@ -1,15 +1,23 @@
 """Timings of the Stiefel benchmark: optimizer steps replayed on recorded gradients, and solvers on Gaussian shapes.
 
-**Step ratio on a real workload** (:func:`step_ratio`). Every optimizer of :data:`OPTIMIZERS` starts from the
-recorded start of the hidden pair and steps on the recorded gradients, one after the other in the same round
-(the order rotates from round to round), single thread. Each step is timed by the wall clock
-(``time.perf_counter``) and by the thread's CPU time (``time.thread_time``: what the step itself consumed, which
-other jobs on a shared machine do not inflate as much). Over the timed rounds, for each optimizer and clock:
+**Step ratio on a real workload** (:func:`step_ratio`). Each optimizer of :data:`OPTIMIZERS` is replayed in a
+pair with the baseline (``svmuon.Muon``): both start from the recorded start of the hidden pair and step on the
+recorded gradients, one after the other in each round (the order swaps from round to round), single thread. Each
+step is timed by the wall clock (``time.perf_counter``) and by the thread's CPU time (``time.thread_time``: what
+the step itself consumed, which other jobs on a shared machine do not inflate as much). Over the timed rounds of
+its pair, for each optimizer and clock:
 
-* ``ratio_of_medians`` = median of its step times / median of the baseline's (``svmuon.Muon``) step times;
+* ``ratio_of_medians`` = median of its step times / median of the baseline's step times in the same pair;
 * ``ratio_of_minima`` = fastest of its step times / fastest of the baseline's.
 
-Beside the optimizers, the same rounds time two kinds of floor. :data:`FLOOR`: the default step's two float64
+Pairs, not one round through all of them: interleaving all twelve replays in one round leaves each step with cold
+caches (of the interpreter and of the dispatcher more than of the data), which slowed Muon's step by 50-60 % and
+the Stiefel steps by less (measured 2026-12-02 on the recording machine: Muon 2.1-2.3 ms a step among twelve,
+1.4-1.6 ms in a pair, and 1.4 ms timed inside training with the forward and backward passes between steps), so
+every ratio came out too small by about a fifth. In a pair the ratio is that of training: within a few per cent of
+steps timed in training itself. The baseline's row pools its times over all pairs.
+
+Beside the optimizers, pairs of the same kind time two kinds of floor. :data:`FLOOR`: the default step's two float64
 ``eigh`` calls alone. :data:`KERNELS`: every dense linear-algebra call of one optimizer's step (the products and
 factorisations of :data:`KERNEL_OPS`), recorded as that optimizer steps on the round's gradients (untimed) and then
 replayed alone on copies of the same operands (timed): the step's arithmetic without the elementwise work, the
@@ -38,7 +46,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from svmuon.bench._common import host_syncs, interleaved
 
-__all__ = ["OPTIMIZERS", "FLOOR", "KERNELS", "KERNEL_OPS", "BASELINE", "SOLVERS", "step_ratio", "solver_rows",
+__all__ = ["OPTIMIZERS", "IN_TRAINING", "in_training", "FLOOR", "KERNELS", "KERNEL_OPS", "BASELINE", "SOLVERS", "step_ratio", "solver_rows",
            "summarize"]
 
 BASELINE = "muon"
@@ -194,38 +202,109 @@ def _run(name: str, workload: Any) -> Any:
 def step_ratio(workload: Any, names: tuple[str, ...] = OPTIMIZERS, *, warmup: int = 20,
                sync_rounds: int = 3) -> dict[str, Any]:
     """Replay ``workload`` (a recorded :class:`~svmuon.bench._workloads.Workload`) with every optimizer of ``names``
-    (the baseline first) and time each step (module docstring)."""
-    runs = {name: _run(name, workload) for name in names}
+    (the baseline first), each in its own pair with the baseline, and time each step (module docstring)."""
     first, timed, sync = _rounds(workload.grads, warmup, sync_rounds)
     if not timed:
         raise ValueError(f"no timed rounds: {len(workload.grads)} recorded steps, {warmup} warm-up and {sync_rounds} "
                          "sync-count rounds")
+    from svmuon.bench._workloads import training_context
+
+    context = training_context(workload)
+    others = [n for n in names if n != BASELINE]
+    pairs = {name: _pair(workload, (BASELINE, name), first, timed, sync, context) for name in others or [BASELINE]}
+    base = {clock: [t for p in pairs.values() for t in p["times"][BASELINE][clock]] for clock in ("wall_s", "thread_s")}
+    first_pair = next(iter(pairs.values()))
+    rows = {BASELINE: _row(base, base, [], first_pair["syncs"][BASELINE], float("nan"))}
+    del rows[BASELINE]["baseline_times"]  # its own times
+    for name, p in pairs.items():
+        if name != BASELINE:
+            rows[name] = _row(p["times"][name], p["times"][BASELINE], p["iterations"], p["syncs"][name], p["defect"])
+    return {"baseline": BASELINE, "protocol": "pairs", "warmup_rounds": len(first), "timed_rounds": len(timed),
+            "optimizers": {n: rows[n] for n in names if n in rows}}
+
+
+def _pair(workload: Any, names: tuple[str, ...], first: list, timed: list, sync: list,
+          context: Callable[[int], None] | None) -> dict[str, Any]:
+    """One optimizer and the baseline, from fresh copies of the start, alternately on the same gradients: the
+    warm-up rounds untimed, then the timed rounds (the order swaps from round to round; ``context(k)``, the training
+    work between two steps, right before each timed step), then the host-read count."""
+    runs = {name: _run(name, workload) for name in dict.fromkeys(names)}
     for grads in first:
         for run in runs.values():
             run.load(grads)
             run.opt.step()
-    wall: dict[str, list[float]] = {n: [] for n in names}
-    thread: dict[str, list[float]] = {n: [] for n in names}
-    iterations: dict[str, list[float]] = {n: [] for n in names}
+    times = {n: {"wall_s": [], "thread_s": []} for n in runs}
+    iterations: list[float] = []
+    order = list(runs)
     for k, grads in enumerate(timed):
-        order = names[k % len(names):] + names[:k % len(names)]
         for name in order:
             run = runs[name]
             run.load(grads)
+            if context is not None:
+                context(len(first) + k)
             t0, c0 = time.perf_counter(), time.thread_time()
             run.opt.step()
-            thread[name].append(time.thread_time() - c0)
-            wall[name].append(time.perf_counter() - t0)
-            iterations[name] += run.iterations()
-    syncs = {n: [] for n in names}
+            times[name]["thread_s"].append(time.thread_time() - c0)
+            times[name]["wall_s"].append(time.perf_counter() - t0)
+            if name != BASELINE:
+                iterations += run.iterations()
+        order.reverse()
+    syncs: dict[str, list[int]] = {n: [] for n in runs}
     for grads in sync:
         for name, run in runs.items():
             run.load(grads)
             with host_syncs() as calls:
                 run.opt.step()
             syncs[name].append(len(calls))
-    return {"baseline": BASELINE, "warmup_rounds": len(first), "timed_rounds": len(timed),
-            "optimizers": {n: _row(n, wall, thread, iterations[n], syncs[n], runs[n].defect()) for n in names}}
+    other = names[-1]
+    return {"times": times, "iterations": iterations, "syncs": syncs, "defect": runs[other].defect()}
+
+
+#: the optimizers timed inside training too (:func:`in_training`), to check the replay protocol against
+IN_TRAINING = ("muon", "stiefel", "stiefel_float32")
+
+
+def in_training(workload: Any, names: tuple[str, ...] = IN_TRAINING, *, warmup: int = 20) -> dict[str, Any] | None:
+    """The check of the replay protocol: each optimizer of ``names`` (the baseline first) trains its own copy of the
+    workload's network, all of them in lockstep on the recorded stream's minibatches (the order rotating from step to
+    step), and only ``opt.step()`` is timed (thread time), after ``warmup`` untimed steps. Not the same gradients
+    (each network follows its own trajectory), but the machine state of real training. ``None`` for a workload
+    without data (the tests' synthetic streams)."""
+    if workload.data is None:
+        return None
+    from svmuon.bench._workloads import _batches
+    from svmuon.experiments.stiefel_tasks import OTHER_LR, StiefelMLP
+    from svmuon.optim.manifold_muon import ManifoldMuon
+    from svmuon.optim.muon import Muon
+    from svmuon.orthogonal.stiefel import Stiefel
+
+    config, (X, y) = workload.config, workload.data["train"]
+    runs = {}
+    for name in names:
+        model = StiefelMLP(workload.seed, config["sizes"], config["embed"])
+        hidden = [model.W1, model.W2]
+        opt = (Muon(hidden, lr=workload.lr, momentum=0.9, weight_decay=0.0) if name == BASELINE else
+               ManifoldMuon(hidden, lr=workload.lr, momentum=0.9, manifold=Stiefel(**STIEFEL[name])))
+        runs[name] = (model, opt, torch.optim.Adam(model.rest(), lr=OTHER_LR), [])
+    batches = _batches(config, len(y), len(workload.grads), torch.Generator().manual_seed(workload.seed + 1000))
+    losses = {}
+    for k, idx in enumerate(batches):
+        for name in names[k % len(names):] + names[:k % len(names)]:
+            model, opt, rest, times = runs[name]
+            opt.zero_grad()
+            rest.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(X[idx]), y[idx])
+            loss.backward()
+            c0 = time.thread_time()
+            opt.step()
+            if k >= warmup:
+                times.append(time.thread_time() - c0)
+            rest.step()
+            losses[name] = float(loss.detach())
+    base = runs[BASELINE][3]
+    return {"steps": len(batches), "timed_steps": len(base),
+            "optimizers": {name: {"thread_s": _stats(runs[name][3]), **_ratios(runs[name][3], base),
+                                  "loss_last": losses[name]} for name in names}}
 
 
 def _stats(values: list[float]) -> dict[str, float]:
@@ -237,11 +316,14 @@ def _ratios(mine: list[float], base: list[float]) -> dict[str, float]:
             "ratio_of_minima": min(mine) / min(base)}
 
 
-def _row(name: str, wall: dict, thread: dict, iterations: list[float], syncs: list[int], defect: float) -> dict:
-    row = {"wall_s": _stats(wall[name]), "thread_s": _stats(thread[name]),
-           "ratio": {"wall": _ratios(wall[name], wall[BASELINE]), "thread": _ratios(thread[name], thread[BASELINE])},
+def _row(mine: dict[str, list[float]], base: dict[str, list[float]], iterations: list[float], syncs: list[int],
+         defect: float) -> dict:
+    row = {"wall_s": _stats(mine["wall_s"]), "thread_s": _stats(mine["thread_s"]),
+           "ratio": {"wall": _ratios(mine["wall_s"], base["wall_s"]),
+                     "thread": _ratios(mine["thread_s"], base["thread_s"])},
+           "baseline_thread_s": _stats(base["thread_s"]),
            "host_syncs_per_step": {"mean": statistics.fmean(syncs), "max": max(syncs)},
-           "defect_end": defect, "times": {"wall_s": wall[name], "thread_s": thread[name]}}
+           "defect_end": defect, "times": mine, "baseline_times": base}
     if iterations:
         row["solver_iterations"] = {"mean": statistics.fmean(iterations), "max": max(iterations)}
     return row

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-__all__ = ["WORKLOADS", "LR", "Instance", "Workload", "record", "sample_steps"]
+__all__ = ["WORKLOADS", "LR", "Instance", "Workload", "record", "sample_steps", "training_context"]
 
 WORKLOADS: dict[str, dict[str, Any]] = {
     "digits": dict(task="digits", sizes=(64, 256, 64, 10), embed=0, batch_size=128, steps_per_epoch=None),
@@ -72,6 +72,30 @@ class Workload:
                 "shapes": [list(g.shape) for g in self.grads[0]] if self.grads else [],
                 "loss_first": self.losses[0] if self.losses else None,
                 "loss_last": self.losses[-1] if self.losses else None, "record_seconds": self.seconds}
+
+
+def training_context(workload: Workload) -> Callable[[int], None] | None:
+    """What training runs between two optimizer steps, for the replays to run before each timed step: ``k ->`` the
+    forward and backward pass of the workload's network (at its start, so at ``k = 0`` it computes the stream's first
+    gradients) on the ``k``-th recorded minibatch (cycled), gradients discarded. ``None`` for a workload without data (the tests' synthetic streams). The step's time depends
+    on what ran just before it (caches of the interpreter, the dispatcher and the data), so every optimizer's step
+    is timed right after the same work a training loop would have done."""
+    if workload.data is None:
+        return None
+    from svmuon.experiments.stiefel_tasks import StiefelMLP
+
+    config = workload.config
+    X, y = workload.data["train"]
+    batches = _batches(config, len(y), max(1, len(workload.grads)), torch.Generator().manual_seed(workload.seed + 1000))
+    model = StiefelMLP(workload.seed, config["sizes"], config["embed"])
+
+    def context(k: int) -> None:
+        idx = batches[k % len(batches)]
+        model.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(X[idx]), y[idx]).backward()
+
+    context.model = model  # type: ignore[attr-defined]  (for the tests: its gradients are training's first ones)
+    return context
 
 
 def sample_steps(steps: int, samples: int) -> list[int]:
