@@ -137,6 +137,49 @@ def test_a_kernel_floor_replays_the_steps_linear_algebra_and_nothing_else():
     assert len(muon.calls) == 3 * steps * len(w.start)
 
 
+def test_the_baseline_alone_and_the_one_round_protocol():
+    res = timing.step_ratio(_tiny_workload(), ("muon",), warmup=2, sync_rounds=1)
+    _check_ratios(res)  # a pair of the baseline with itself: one run, ratio 1
+    ab = timing.one_round(_tiny_workload(), ("muon", "stiefel", "stiefel_float32"), warmup=2)
+    assert ab["timed_rounds"] == 5 and ab["names"] == ["muon", "stiefel", "stiefel_float32"]
+    base = ab["optimizers"]["muon"]
+    assert base["ratio_of_medians"] == 1.0 and base["ratio_of_minima"] == 1.0
+    assert all(r["ratio_of_medians"] > 0 for r in ab["optimizers"].values())
+    with pytest.raises(ValueError, match="baseline first"):
+        timing.one_round(_tiny_workload(), ("stiefel", "muon"), warmup=2)
+
+
+class _Logged:
+    """A stand-in replay that logs its loads and steps (``opt.step``) into a shared list."""
+
+    def __init__(self, name, log):
+        self.name, self.log, self.opt = name, log, self
+
+    def load(self, grads):
+        self.log.append(("load", self.name))
+
+    def step(self):
+        self.log.append(("step", self.name))
+
+    def iterations(self):
+        return [1.0]
+
+
+def test_every_step_runs_right_after_the_training_context_and_the_order_rotates():
+    log = []
+    runs = {n: _Logged(n, log) for n in ("muon", "a", "b")}
+    times, iterations = timing._timed_rounds(runs, [0, 1], [2, 3, 4], lambda k: log.append(("context", k)))
+    steps = [name for kind, name in log if kind == "step"]
+    assert steps == ["muon", "a", "b", "a", "b", "muon", "b", "muon", "a", "muon", "a", "b", "a", "b", "muon"]
+    for i, entry in enumerate(log):  # load, then the context of that round, then the step
+        if entry[0] == "step":
+            assert log[i - 1][0] == "context" and log[i - 2] == ("load", entry[1])
+    contexts = [k for kind, k in log if kind == "context"]
+    assert contexts == [k for k in range(5) for _ in range(3)]  # warm-up rounds included
+    assert all(len(times[n]["thread_s"]) == len(times[n]["wall_s"]) == 3 for n in runs)  # warm-up untimed
+    assert iterations == [1.0] * 6  # the timed steps of a and b, not the baseline's
+
+
 def _check_ratios(res):
     assert res["protocol"] == "pairs"
     others = [n for n in res["optimizers"] if n != "muon"]
@@ -156,8 +199,9 @@ def _check_ratios(res):
         # every constrained optimizer kept its points on the manifold (float32 rounding)
         if name not in ("muon", timing.FLOOR, *timing.KERNELS):
             assert row["defect_end"] < 1e-4
-    pooled = res["optimizers"]["muon"]["times"]["thread_s"]
-    assert sorted(pooled) == sorted(t for n in others for t in res["optimizers"][n]["baseline_times"]["thread_s"])
+    if others:
+        pooled = res["optimizers"]["muon"]["times"]["thread_s"]
+        assert sorted(pooled) == sorted(t for n in others for t in res["optimizers"][n]["baseline_times"]["thread_s"])
     assert res["optimizers"]["muon"]["host_syncs_per_step"]["max"] == 1  # Muon's one fused check (test_muon.py)
 
 
@@ -189,6 +233,8 @@ def test_bench_stiefel_smoke(tmp_path):
         assert check["steps"] == 8 and check["timed_steps"] == 6 and set(check["optimizers"]) == set(timing.IN_TRAINING)
         assert check["optimizers"]["muon"]["ratio_of_medians"] == 1.0
         assert all(r["ratio_of_medians"] > 0 and np.isfinite(r["loss_last"]) for r in check["optimizers"].values())
+        ab = res["step_ratio"][name]["one_round"]  # the protocol's A/B: one round through every replay but Newton
+        assert ab["names"] == list(timing.ONE_ROUND) and ab["timed_rounds"] == 6
         gap = res["gap"][name]
         for row in gap["completion"]:  # the reference is the optimum up to its own certificate
             assert row["gap"] >= -1e-9 - row["reference_certificate"] and row["gap_max"] >= row["gap"]

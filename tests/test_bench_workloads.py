@@ -84,6 +84,19 @@ def test_the_training_context_is_trainings_forward_and_backward(text_data):
     assert _workloads.training_context(_workloads.Workload("tiny", {}, {}, 0.05, 0, w.start, w.grads)) is None
 
 
+def test_timed_inside_training_and_its_bad_arguments(text_data):
+    from svmuon.bench import _stiefel_timing as timing
+
+    w = _workloads.record("text", steps=3, samples=0, data=text_data)
+    res = timing.in_training(w, ("muon", "stiefel"), warmup=1)
+    assert res["steps"] == 3 and res["timed_steps"] == 2 and res["optimizers"]["muon"]["ratio_of_medians"] == 1.0
+    assert res["optimizers"]["stiefel"]["thread_s"]["min"] > 0
+    for bad in (dict(warmup=3), dict(warmup=-1), dict(names=("stiefel", "muon"))):
+        with pytest.raises(ValueError, match="in_training needs"):
+            timing.in_training(w, **{"names": ("muon", "stiefel"), "warmup": 1, **bad})
+    assert timing.in_training(_workloads.Workload("tiny", {}, {}, 0.05, 0, w.start, w.grads)) is None
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     (dict(name="imagenet"), "workload"), (dict(name="text", steps=0), "steps"),
     (dict(name="text", steps=2.5), "steps"), (dict(name="text", samples=-1), "samples"),

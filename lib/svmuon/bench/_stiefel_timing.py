@@ -10,12 +10,15 @@ its pair, for each optimizer and clock:
 * ``ratio_of_medians`` = median of its step times / median of the baseline's step times in the same pair;
 * ``ratio_of_minima`` = fastest of its step times / fastest of the baseline's.
 
-Pairs, not one round through all of them: interleaving all twelve replays in one round leaves each step with cold
-caches (of the interpreter and of the dispatcher more than of the data), which slowed Muon's step by 50-60 % and
-the Stiefel steps by less (measured 2026-12-02 on the recording machine: Muon 2.1-2.3 ms a step among twelve,
-1.4-1.6 ms in a pair, and 1.4 ms timed inside training with the forward and backward passes between steps), so
-every ratio came out too small by about a fifth. In a pair the ratio is that of training: within a few per cent of
-steps timed in training itself. The baseline's row pools its times over all pairs.
+Pairs, not one round through all of them (the protocol this benchmark had before): a step's time depends on what
+ran just before it, and after a round's other replays (kernel floors, Newton, geoopt) each step ran with colder
+caches, Muon's more than the Stiefel steps', so the ratios came out too small (by 12-16 % for the default and
+float32 steps in the A/B recorded on 2026-12-02). :func:`one_round` times that protocol beside the pairs in
+the same run (its A/B), and :func:`in_training` the steps inside training itself (the check: the pairs' ratios
+should agree with it). Every step, in either protocol, runs right after the workload's forward and backward pass on its
+minibatch (:func:`~svmuon.bench._workloads.training_context`), what training does between two steps. Ratios of
+different pairs may be combined (each is relative to the baseline of its own pair, which cancels the machine's
+drift between pairs); their milliseconds may not.
 
 Beside the optimizers, pairs of the same kind time two kinds of floor. :data:`FLOOR`: the default step's two float64
 ``eigh`` calls alone. :data:`KERNELS`: every dense linear-algebra call of one optimizer's step (the products and
@@ -46,14 +49,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from svmuon.bench._common import host_syncs, interleaved
 
-__all__ = ["OPTIMIZERS", "IN_TRAINING", "in_training", "FLOOR", "KERNELS", "KERNEL_OPS", "BASELINE", "SOLVERS", "step_ratio", "solver_rows",
-           "summarize"]
+__all__ = ["OPTIMIZERS", "IN_TRAINING", "ONE_ROUND", "FLOOR", "KERNELS", "KERNEL_OPS", "BASELINE", "SOLVERS",
+           "step_ratio", "one_round", "in_training", "solver_rows", "summarize"]
 
 BASELINE = "muon"
 OPTIMIZERS = ("muon", "stiefel", "stiefel_float32", "stiefel_matmul", "stiefel_newton", "stiefel_amortized",
               "geoopt_rsgd", "eigh_floor", "muon_kernels", "stiefel_kernels", "stiefel_float32_kernels", "geoopt_kernels")
 #: not an optimizer: the two batched float64 n × n eigendecompositions the default step needs (``torch.linalg.eigh``
-#: of the pair's two Gram-sized matrices, twice), timed in the same rounds, the floor of the completion's eigh route
+#: of the pair's two Gram-sized matrices, twice), timed in its own pair with the baseline, the floor of the
+#: completion's eigh route
 FLOOR = "eigh_floor"
 #: not optimizers either: the dense linear algebra of the named optimizer's step alone (:class:`_Kernels`)
 KERNELS = {"muon_kernels": "muon", "stiefel_kernels": "stiefel", "stiefel_float32_kernels": "stiefel_float32",
@@ -202,7 +206,8 @@ def _run(name: str, workload: Any) -> Any:
 def step_ratio(workload: Any, names: tuple[str, ...] = OPTIMIZERS, *, warmup: int = 20,
                sync_rounds: int = 3) -> dict[str, Any]:
     """Replay ``workload`` (a recorded :class:`~svmuon.bench._workloads.Workload`) with every optimizer of ``names``
-    (the baseline first), each in its own pair with the baseline, and time each step (module docstring)."""
+    (the baseline first), each in its own pair with the baseline, and time each step (module docstring). The
+    baseline's row pools its times over the pairs; its host reads are those of its first pair."""
     first, timed, sync = _rounds(workload.grads, warmup, sync_rounds)
     if not timed:
         raise ValueError(f"no timed rounds: {len(workload.grads)} recorded steps, {warmup} warm-up and {sync_rounds} "
@@ -211,7 +216,12 @@ def step_ratio(workload: Any, names: tuple[str, ...] = OPTIMIZERS, *, warmup: in
 
     context = training_context(workload)
     others = [n for n in names if n != BASELINE]
-    pairs = {name: _pair(workload, (BASELINE, name), first, timed, sync, context) for name in others or [BASELINE]}
+    pairs = {}
+    for name in others or [BASELINE]:
+        runs = {n: _run(n, workload) for n in dict.fromkeys((BASELINE, name))}
+        times, iterations = _timed_rounds(runs, first, timed, context)
+        pairs[name] = {"times": times, "iterations": iterations, "syncs": _sync_counts(runs, sync),
+                       "defect": runs[name].defect()}
     base = {clock: [t for p in pairs.values() for t in p["times"][BASELINE][clock]] for clock in ("wall_s", "thread_s")}
     first_pair = next(iter(pairs.values()))
     rows = {BASELINE: _row(base, base, [], first_pair["syncs"][BASELINE], float("nan"))}
@@ -223,32 +233,34 @@ def step_ratio(workload: Any, names: tuple[str, ...] = OPTIMIZERS, *, warmup: in
             "optimizers": {n: rows[n] for n in names if n in rows}}
 
 
-def _pair(workload: Any, names: tuple[str, ...], first: list, timed: list, sync: list,
-          context: Callable[[int], None] | None) -> dict[str, Any]:
-    """One optimizer and the baseline, from fresh copies of the start, alternately on the same gradients: the
-    warm-up rounds untimed, then the timed rounds (the order swaps from round to round; ``context(k)``, the training
-    work between two steps, right before each timed step), then the host-read count."""
-    runs = {name: _run(name, workload) for name in dict.fromkeys(names)}
-    for grads in first:
-        for run in runs.values():
-            run.load(grads)
-            run.opt.step()
-    times = {n: {"wall_s": [], "thread_s": []} for n in runs}
+def _timed_rounds(runs: dict[str, Any], first: list, timed: list, context: Callable[[int], None] | None
+                  ) -> tuple[dict[str, dict[str, list[float]]], list[float]]:
+    """Step every run on each round's gradients: the warm-up rounds untimed, then the timed rounds, the order
+    rotating by one from round to round (for a pair: swapping), with ``context(k)`` (the training work between two
+    steps, ``k`` the round's index in the stream) right before every step. Returns the times per run and clock, and
+    the solver iterations of the timed steps of every run but the baseline."""
+    names = list(runs)
+    times = {n: {"wall_s": [], "thread_s": []} for n in names}
     iterations: list[float] = []
-    order = list(runs)
-    for k, grads in enumerate(timed):
-        for name in order:
+    for k, grads in enumerate(first + timed):
+        for name in names[k % len(names):] + names[:k % len(names)]:
             run = runs[name]
             run.load(grads)
             if context is not None:
-                context(len(first) + k)
+                context(k)
             t0, c0 = time.perf_counter(), time.thread_time()
             run.opt.step()
-            times[name]["thread_s"].append(time.thread_time() - c0)
-            times[name]["wall_s"].append(time.perf_counter() - t0)
-            if name != BASELINE:
-                iterations += run.iterations()
-        order.reverse()
+            c1, t1 = time.thread_time(), time.perf_counter()
+            if k >= len(first):
+                times[name]["thread_s"].append(c1 - c0)
+                times[name]["wall_s"].append(t1 - t0)
+                if name != BASELINE:
+                    iterations += run.iterations()
+    return times, iterations
+
+
+def _sync_counts(runs: dict[str, Any], sync: list) -> dict[str, list[int]]:
+    """Host reads of each run's step, counted on the sync-count rounds (untimed)."""
     syncs: dict[str, list[int]] = {n: [] for n in runs}
     for grads in sync:
         for name, run in runs.items():
@@ -256,8 +268,30 @@ def _pair(workload: Any, names: tuple[str, ...], first: list, timed: list, sync:
             with host_syncs() as calls:
                 run.opt.step()
             syncs[name].append(len(calls))
-    other = names[-1]
-    return {"times": times, "iterations": iterations, "syncs": syncs, "defect": runs[other].defect()}
+    return syncs
+
+
+#: the replays timed in one round through all of them too (:func:`one_round`, the protocol the pairs replaced):
+#: every one but Newton, whose 0.1-0.2 s steps would make it the slowest part of the benchmark
+ONE_ROUND = tuple(n for n in OPTIMIZERS if n != "stiefel_newton")
+
+
+def one_round(workload: Any, names: tuple[str, ...] = ONE_ROUND, *, warmup: int = 20) -> dict[str, Any]:
+    """The A/B of the protocol: every replay of ``names`` (the baseline first) in one round per gradient (the order
+    rotating), as the benchmark timed them before it timed pairs, with the same training context before every step.
+    Per replay: thread-time median and minimum, and the ratios to the baseline's steps of the same rounds."""
+    first, timed, _ = _rounds(workload.grads, warmup, 0)
+    if not timed or names[0] != BASELINE:
+        raise ValueError(f"one_round needs timed rounds and the baseline first, got {len(timed)} timed rounds and "
+                         f"names {names!r}")
+    from svmuon.bench._workloads import training_context
+
+    runs = {n: _run(n, workload) for n in names}
+    times, _ = _timed_rounds(runs, first, timed, training_context(workload))
+    base = times[BASELINE]["thread_s"]
+    return {"names": list(names), "timed_rounds": len(timed),
+            "optimizers": {n: {"thread_s": _stats(times[n]["thread_s"]), **_ratios(times[n]["thread_s"], base)}
+                           for n in names}}
 
 
 #: the optimizers timed inside training too (:func:`in_training`), to check the replay protocol against
@@ -272,6 +306,9 @@ def in_training(workload: Any, names: tuple[str, ...] = IN_TRAINING, *, warmup: 
     without data (the tests' synthetic streams)."""
     if workload.data is None:
         return None
+    if names[0] != BASELINE or not 0 <= warmup < len(workload.grads):
+        raise ValueError(f"in_training needs the baseline first and 0 <= warmup < {len(workload.grads)} (the stream's "
+                         f"steps), got names {names!r} and warmup {warmup!r}")
     from svmuon.bench._workloads import _batches
     from svmuon.experiments.stiefel_tasks import OTHER_LR, StiefelMLP
     from svmuon.optim.manifold_muon import ManifoldMuon

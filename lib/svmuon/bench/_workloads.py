@@ -76,10 +76,10 @@ class Workload:
 
 def training_context(workload: Workload) -> Callable[[int], None] | None:
     """What training runs between two optimizer steps, for the replays to run before each timed step: ``k ->`` the
-    forward and backward pass of the workload's network (at its start, so at ``k = 0`` it computes the stream's first
-    gradients) on the ``k``-th recorded minibatch (cycled), gradients discarded. ``None`` for a workload without data (the tests' synthetic streams). The step's time depends
-    on what ran just before it (caches of the interpreter, the dispatcher and the data), so every optimizer's step
-    is timed right after the same work a training loop would have done."""
+    forward and backward pass of the workload's network (at its start, so at ``k = 0`` it computes the stream's
+    first gradients) on the ``k``-th recorded minibatch (cycled), gradients discarded. ``None`` for a workload
+    without data (the tests' synthetic streams). A step's time depends on what ran just before it (the caches), so
+    every optimizer's step is timed right after the same work a training loop would have done."""
     if workload.data is None:
         return None
     from svmuon.experiments.stiefel_tasks import StiefelMLP

@@ -53,8 +53,14 @@ DEFINITIONS = {
     "ratio_of_medians": "median over the timed rounds of one time divided by the median over the same rounds of the "
                         "other (the baseline's step in the same pair, or one msign)",
     "in_training": "step_ratio.<workload>.in_training: the check of the replay protocol: muon, stiefel and "
-                   "stiefel_float32 each train their own copy of the network, in lockstep on the stream's minibatches, "
-                   "only opt.step() timed (thread time); ratio_of_medians and ratio_of_minima to muon's steps",
+                   "stiefel_float32 each train their own copy of the network, in lockstep on the stream's minibatches "
+                   "(steps: all of them, timed_steps: after the warm-up), only opt.step() timed (thread time); "
+                   "ratio_of_medians and ratio_of_minima to muon's steps; loss_last: the last minibatch loss",
+    "one_round": "step_ratio.<workload>.one_round: the A/B of the protocol: every replay but Newton timed in one "
+                 "round per gradient (the order rotating), the protocol the pairs replaced, with the same training "
+                 "context; ratios to muon's steps of the same rounds",
+    "baseline_thread_s": "per optimizer row: median and minimum of the baseline's step times in that row's own pair "
+                         "(baseline_times: those times); the baseline's own row pools every pair's baseline times",
     "protocol": "step_ratio: 'pairs': each optimizer (and each floor) replayed on the recorded gradients alternately "
                 "with the baseline only, from fresh copies of the start, the order swapping each round, the "
                 "workload's forward and backward pass run right before every timed step (what training runs "
@@ -74,12 +80,12 @@ DEFINITIONS = {
     "solver_iterations": "ManifoldMuon's info['iterations'] of each step (the most over the step's batch, both "
                          "matrices), mean and max over the timed rounds",
     "eigh_floor": "not an optimizer: the default Stiefel step's two float64 eigh calls alone, on matrices of the "
-                  "recorded gradients' size and spectrum, timed in the same rounds",
+                  "recorded gradients' size and spectrum, timed in its own pair with the baseline",
     "kernels": "muon_kernels, stiefel_kernels, stiefel_float32_kernels, geoopt_kernels: not optimizers: every dense "
                "linear-algebra call (products, factorisations, solves; _stiefel_timing.KERNEL_OPS) of that "
                "optimizer's step on the round's gradients, recorded untimed and replayed alone on copies of their "
-               "operands, timed in the same rounds: the step's arithmetic without its elementwise work, checks and "
-               "Python",
+               "operands, timed in its own pair with the baseline: the step's arithmetic without its elementwise "
+               "work, checks and Python",
     "targets": "the issue's targets per workload and Stiefel optimizer: step ratio (thread time, ratio of medians) "
                "<= 1.5, host reads per step <= 1, largest gap of its direction over the sampled instances <= 1e-6 "
                "(completion and Newton as the optimizer runs them, float32; the amortized dual ascent made feasible)",
@@ -160,18 +166,28 @@ def _newton_section(streams: dict) -> dict[str, list]:
 
 
 def _ratio_section(streams: dict, args: argparse.Namespace) -> dict[str, Any]:
-    from svmuon.bench._stiefel_timing import in_training, step_ratio, summarize
+    from svmuon.bench._stiefel_timing import in_training, one_round, step_ratio, summarize
 
     out = {}
     for name, w in streams.items():
         out[name] = step_ratio(w, warmup=args.warmup, sync_rounds=args.sync_rounds)
         print(f"  {name} ({out[name]['timed_rounds']} timed rounds; ratios to svmuon.Muon):", flush=True)
         print("\n".join(summarize(out[name])), flush=True)
-        check = in_training(w, warmup=min(args.warmup, max(0, len(w.grads) - 1)))
-        if check is not None:
-            out[name]["in_training"] = check
-            print("  timed inside training (ratio of medians): " + ", ".join(
-                f"{o} {r['ratio_of_medians']:.2f}" for o, r in check["optimizers"].items()), flush=True)
+        # the protocol's checks, each recorded as {"error": ...} if it fails (the pairs' results stand)
+        checks = {"in_training": lambda: in_training(w, warmup=args.warmup),
+                  "one_round": lambda: one_round(w, warmup=args.warmup)}
+        for key, check in checks.items():
+            try:
+                res = check()
+            except Exception as exc:  # noqa: BLE001 (recorded in the JSON)
+                res = {"error": f"{type(exc).__name__}: {exc}"}
+                print(f"  {key}: FAILED {res['error']}", flush=True)
+            if res is None:
+                continue
+            out[name][key] = res
+            if "optimizers" in res:
+                print(f"  {key} (ratio of medians): " + ", ".join(
+                    f"{o} {r['ratio_of_medians']:.2f}" for o, r in res["optimizers"].items()), flush=True)
     return out
 
 
