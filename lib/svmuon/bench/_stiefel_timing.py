@@ -108,6 +108,25 @@ class _EighFloor(_Floor):
                 torch.linalg.eigh(M)
 
 
+def _hidden_optimizer(name: str, params: list[torch.Tensor], lr: float) -> torch.optim.Optimizer:
+    """The optimizer ``name`` (the baseline or a key of :data:`STIEFEL`) of the hidden pair ``params``, momentum 0.9:
+    what the replays and :func:`in_training` time."""
+    if name == BASELINE:
+        from svmuon.optim.muon import Muon
+
+        return Muon(params, lr=lr, momentum=0.9, weight_decay=0.0)
+    from svmuon.optim.manifold_muon import ManifoldMuon
+    from svmuon.orthogonal.stiefel import Stiefel
+
+    return ManifoldMuon(params, lr=lr, momentum=0.9, manifold=Stiefel(**STIEFEL[name]))
+
+
+def _rotated(names: list[str] | tuple[str, ...], k: int) -> list[str]:
+    """``names`` rotated by ``k`` (round ``k``'s order, so that no run always goes first)."""
+    names = list(names)
+    return names[k % len(names):] + names[:k % len(names)]
+
+
 class _Replay:
     """One optimizer on its own copy of the recorded start, fed the recorded gradients."""
 
@@ -122,15 +141,7 @@ class _Replay:
             self.opt = geoopt.optim.RiemannianSGD(self.params, lr=GEOOPT_LR, momentum=0.9)
             return
         self.params = [torch.nn.Parameter(W.clone()) for W in start]
-        if name == BASELINE:
-            from svmuon.optim.muon import Muon
-
-            self.opt = Muon(self.params, lr=lr, momentum=0.9, weight_decay=0.0)
-        else:
-            from svmuon.optim.manifold_muon import ManifoldMuon
-            from svmuon.orthogonal.stiefel import Stiefel
-
-            self.opt = ManifoldMuon(self.params, lr=lr, momentum=0.9, manifold=Stiefel(**STIEFEL[name]))
+        self.opt = _hidden_optimizer(name, self.params, lr)
 
     def load(self, grads: tuple[torch.Tensor, torch.Tensor]) -> None:
         for p, g, t in zip(self.params, grads, self.transposed):
@@ -243,7 +254,7 @@ def _timed_rounds(runs: dict[str, Any], first: list, timed: list, context: Calla
     times = {n: {"wall_s": [], "thread_s": []} for n in names}
     iterations: list[float] = []
     for k, grads in enumerate(first + timed):
-        for name in names[k % len(names):] + names[:k % len(names)]:
+        for name in _rotated(names, k):
             run = runs[name]
             run.load(grads)
             if context is not None:
@@ -311,22 +322,17 @@ def in_training(workload: Any, names: tuple[str, ...] = IN_TRAINING, *, warmup: 
                          f"steps), got names {names!r} and warmup {warmup!r}")
     from svmuon.bench._workloads import _batches
     from svmuon.experiments.stiefel_tasks import OTHER_LR, StiefelMLP
-    from svmuon.optim.manifold_muon import ManifoldMuon
-    from svmuon.optim.muon import Muon
-    from svmuon.orthogonal.stiefel import Stiefel
 
     config, (X, y) = workload.config, workload.data["train"]
     runs = {}
     for name in names:
         model = StiefelMLP(workload.seed, config["sizes"], config["embed"])
-        hidden = [model.W1, model.W2]
-        opt = (Muon(hidden, lr=workload.lr, momentum=0.9, weight_decay=0.0) if name == BASELINE else
-               ManifoldMuon(hidden, lr=workload.lr, momentum=0.9, manifold=Stiefel(**STIEFEL[name])))
+        opt = _hidden_optimizer(name, [model.W1, model.W2], workload.lr)
         runs[name] = (model, opt, torch.optim.Adam(model.rest(), lr=OTHER_LR), [])
     batches = _batches(config, len(y), len(workload.grads), torch.Generator().manual_seed(workload.seed + 1000))
     losses = {}
     for k, idx in enumerate(batches):
-        for name in names[k % len(names):] + names[:k % len(names)]:
+        for name in _rotated(names, k):
             model, opt, rest, times = runs[name]
             opt.zero_grad()
             rest.zero_grad()
