@@ -123,7 +123,7 @@ def _low_precision(W: torch.Tensor, G: torch.Tensor) -> tuple:
     A = torch.bmm(W32.mT, G32)
     Gp = torch.baddbmm(G32, W32, A, alpha=-1.0)
     C = torch.bmm(Gp.mT, Gp)
-    K = (A - A.mT) * 0.5
+    K = _skew(A)
     trC = C.diagonal(dim1=-2, dim2=-1).sum(-1)
     Omega, dual0 = rotation_start(K, C, _LOW_RTOL)
     comp = _complete(K, C, Omega, shift=_LOW_SHIFT * m, rtol=_LOW_RTOL, trace=trC)
@@ -131,7 +131,7 @@ def _low_precision(W: torch.Tensor, G: torch.Tensor) -> tuple:
     # Φ = X - W WᵀX + WΩ: the normal part orthogonal to range(W) to float32 rounding, and the rotation, in one product
     Phi = torch.baddbmm(X, W32, Omega - torch.bmm(W32.mT, X)).to(G.dtype)
     tangent_norm = torch.sqrt((K * K).sum(dim=(-2, -1)) + trC)
-    S = (A + A.mT) * 0.5
+    S = _sym(A)
     return (Phi.reshape(G.shape), comp.value.reshape(lead), dual0.reshape(lead), S.reshape(*lead, n, n),
             tangent_norm.reshape(lead))
 

@@ -221,8 +221,8 @@ class Stiefel(Manifold):
         ``state["warm"]`` is 1: it depends on the tangent part of ``U`` only, and is positively homogeneous in it;
         the normal part of ``U``, the current gradient's alone, does not scale it). A non-finite ``U`` is
         solved as 0 and gives a NaN tangent norm (so a NaN step length), which the optimizer's finiteness check
-        reports; a factorisation that does not converge (LAPACK) gives a NaN direction. Nothing raises, but float64 inputs with
-        ``work_dtype=torch.float32`` (a TypeError, before anything is changed)."""
+        reports; a factorisation that does not converge (LAPACK) gives a NaN direction. Nothing raises, but
+        float64 inputs with ``work_dtype=torch.float32`` (a TypeError, before anything is changed)."""
         U = U.to(W.dtype)
         # one reduction flags a non-finite U (its sum is NaN/Inf; the optimizer's U is scaled to entries <= 1, so a
         # finite one cannot overflow): it is solved as 0 where not finite, and its tangent norm poisoned with NaN
