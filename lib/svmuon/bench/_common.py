@@ -130,3 +130,39 @@ def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, *, warmup: bool 
             fn()
             times[key].append(time.perf_counter() - t0)
     return times
+
+
+def paired(fns: dict[str, Callable[[], Any]], baseline: str, rounds: int, *, warmup: int = 1,
+           device: Any = None) -> dict[str, dict[str, list[float]]]:
+    """Wall-clock seconds of every ``fns[k]()`` timed in a pair with ``fns[baseline]()``: per other key,
+    ``warmup`` untimed calls of both, then ``rounds`` rounds of one call of each, the order swapping from round to
+    round. Returns per key ``{"times": [...], "baseline_times": [...]}`` (the baseline's times of that key's own
+    pair); the baseline's entry pools its times over every pair (both lists).
+
+    Pairs rather than one round through all of them: a step's time depends on what ran just before it, and in a
+    round through several optimizers the baseline's step ran with colder caches than in training and slowed more
+    than the others (the Stiefel benchmark's A/B of 2026-12-02; on four 64 × 64 matrices the orthogonal
+    benchmark's too), so the ratios came out too small. Each ratio is then taken within its own pair, which also
+    cancels the machine's drift between pairs."""
+    if baseline not in fns:
+        raise ValueError(f"baseline must be one of {sorted(fns)}, got {baseline!r}")
+    out: dict[str, dict[str, list[float]]] = {}
+    pooled: list[float] = []
+    for key in [k for k in fns if k != baseline] or [baseline]:
+        names = list(dict.fromkeys((baseline, key)))
+        for _ in range(warmup):
+            for name in names:
+                fns[name]()
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for r in range(rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                synchronize(device)
+                t0 = time.perf_counter()
+                fns[name]()
+                synchronize(device)
+                times[name].append(time.perf_counter() - t0)
+        pooled += times[baseline]
+        if key != baseline:
+            out[key] = {"times": times[key], "baseline_times": times[baseline]}
+    out[baseline] = {"times": pooled, "baseline_times": pooled}
+    return {key: out[key] for key in fns}
