@@ -246,10 +246,11 @@ def test_atol_below_the_rounding_of_a_step_is_refused():
     ManifoldMuon([p], lr=0.1, atol=1e-4, manifold=M)  # above 16 √m eps (6.6e-6 in float32 at m = 12): accepted
 
 
-@pytest.mark.parametrize("lr", [0.7, 5.0, 1e3])
+@pytest.mark.parametrize("lr", [0.7, 5.0, 1e3, 1e20])
 def test_float32_steps_of_any_length_stay_on_the_manifold(lr, gen):
     # before: float32 with lr >= 1e3 refused every step, blaming "a change outside the optimizer"; the retraction
-    # now takes its eigendecomposition route beyond η² = 0.5, exact for any step length
+    # now takes its eigendecomposition route beyond η² = 0.5, exact for any step length; at lr = 1e20 the Gram
+    # matrix of W - ηΦ overflowed float32 and eigh raised torch's LinAlgError (now formed from (W - ηΦ)/η)
     p = torch.nn.Parameter(M.random(12, 5, generator=gen))
     opt = ManifoldMuon([p], lr=lr, manifold=M)
     for _ in range(5):
@@ -494,3 +495,134 @@ def test_the_float32_work_dtype_reports_float64_multipliers_and_a_zero_gap_for_z
     assert abs(float(sol.tangent_norm) - float(ref.tangent_norm)) <= bound
     zero = stiefel_direction(W, torch.zeros_like(G), work_dtype=torch.float32)
     assert float(zero.gap) == 0.0 and float(zero.tangent_norm) == 0.0 and not bool(zero.Phi.any())
+
+
+# -- contracts found by an adversarial review (2026-12-02) ------------------------------------------------------
+@pytest.mark.parametrize("perturb", ["scaled", "noise", "doubled"])
+@pytest.mark.parametrize("lr", [0.1, 0.8])
+def test_a_point_changed_outside_is_refused_at_any_step_length(perturb, lr, gen):
+    # before: the polar retraction returns a point from any W, so the check of the new point passed, and a W scaled
+    # by 1.01 or perturbed by 3e-3 (defect 1e-2 against the tolerance 2√eps = 7e-4 in float32) was re-projected
+    # silently; W * 2 was refused at lr = 0.1 (the series route) but not at lr = 0.8 (eigh). Now the point before
+    # the step is checked too (Stiefel.start_defect), as its retracted point shows it on O(n)
+    from svmuon.optim import OffManifoldError
+
+    p = torch.nn.Parameter(M.random(6, 3, generator=gen))
+    opt = ManifoldMuon([p], lr=lr, manifold=M)
+    p.grad = torch.randn(6, 3, generator=gen)
+    opt.step()
+    with torch.no_grad():
+        if perturb == "scaled":
+            p.mul_(1.01)
+        elif perturb == "noise":
+            p.add_(3e-3 * torch.randn(6, 3, generator=gen))
+        else:
+            p.mul_(2.0)
+    defect = float(M.defect(p.detach()))
+    assert defect > 4 * math.sqrt(torch.finfo(torch.float32).eps)  # well above the tolerance 2√eps
+    before, state = p.detach().clone(), {k: v.clone() for k, v in opt.state[p].items() if torch.is_tensor(v)}
+    p.grad = torch.randn(6, 3, generator=gen)
+    with pytest.raises(OffManifoldError, match=r"before the step.*changed outside the optimizer"):
+        opt.step()
+    assert torch.equal(p.detach(), before)
+    assert all(torch.equal(opt.state[p][k], v) for k, v in state.items())
+    with torch.no_grad():  # projected back as the message says, it steps again
+        p.copy_(M.project(p))
+    opt.step()
+
+
+@pytest.mark.parametrize("shape", [(5, 2), (2, 5), (6, 3)])
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_project_has_a_finite_backward_where_W_is_rank_deficient(shape, dtype, gen):
+    # before: the rank-deficient fallback (U Vᵀ of torch's SVD) differentiated through torch.linalg.svd, whose
+    # backward divides by σ_i² - σ_j²: NaN at W = 0 and at every matrix with a zero singular value
+    m, n = shape
+    k = min(m, n)
+    cases = [torch.zeros(m, n, dtype=dtype)]
+    for _ in range(5):  # a repeated column (or row): one zero singular value
+        A = torch.randn(m, n, generator=gen, dtype=F64)
+        if m >= n:
+            A[:, 1] = A[:, 0]
+        else:
+            A[1] = A[0]
+        cases.append(A.to(dtype))
+    for X in cases:
+        X = X.clone().requires_grad_(True)
+        Q = M.project(X)
+        assert float(M.defect(Q.detach())) <= 8 * k * torch.finfo(dtype).eps  # a point, to rounding
+        (Q * torch.randn(m, n, generator=gen, dtype=F64).to(dtype)).sum().backward()
+        assert torch.isfinite(X.grad).all()
+
+
+def test_project_backward_holds_a_zero_direction_fixed(gen):
+    # at W = [w, 0] (tall), the projection's first column w/|w| moves with w and the completing column has no
+    # derivative; the backward is the derivative of the first column (finite differences along the first column,
+    # where the map is smooth: central differences, error O(h²) with h = 1e-6, far below 1e-6)
+    w = torch.randn(5, generator=gen, dtype=F64)
+    X = torch.stack([w, torch.zeros(5, dtype=F64)], dim=1).requires_grad_(True)
+    C = torch.zeros(5, 2, dtype=F64)
+    C[:, 0] = torch.randn(5, generator=gen, dtype=F64)
+    (M.project(X) * C).sum().backward()
+    h, fd = 1e-6, torch.zeros(5, dtype=F64)
+    for i in range(5):
+        e = torch.zeros(5, 2, dtype=F64)
+        e[i, 0] = h
+        fd[i] = ((M.project(X.detach() + e) * C).sum() - (M.project(X.detach() - e) * C).sum()) / (2 * h)
+    assert torch.allclose(X.grad[:, 0], fd, atol=1e-6)
+    assert torch.isfinite(X.grad).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_retract_along_returns_a_point_every_method_accepts(dtype, gen):
+    # before: the closed form was kept while its result was off the manifold by up to 10√eps, above the √eps every
+    # method requires of a point (a non-tangent Φ, float32: defect 1.9e-3; then steepest_direction refused it)
+    eps = torch.finfo(dtype).eps
+    for _ in range(5):
+        W = M.random(7, 3, generator=gen, dtype=dtype)
+        Phi = torch.randn(7, 3, generator=gen, dtype=F64).to(dtype)
+        Phi = Phi / torch.linalg.matrix_norm(Phi, 2)
+        W1 = M.retract_along(W, Phi, 0.5)
+        assert float(M.defect(W1)) <= 0.25 * math.sqrt(eps)
+        M.steepest_direction(W1, torch.randn(7, 3, generator=gen, dtype=F64).to(dtype))  # accepted as a point
+    O = Orthogonal()  # a tangent Φ that is not a partial isometry: the closed form does not apply, the definition does
+    W = O.project(torch.randn(5, 5, generator=gen, dtype=F64))
+    S = torch.randn(5, 5, generator=gen, dtype=F64)
+    Phi = W @ (S - S.T)
+    Phi = Phi / torch.linalg.matrix_norm(Phi, 2)
+    W1 = O.retract_along(W, Phi, 1.0)
+    assert float(O.defect(W1)) <= 0.25 * math.sqrt(torch.finfo(F64).eps)
+    assert torch.allclose(W1, O.retract(W, -Phi), atol=1e-12)
+
+
+def test_tangent_residual_of_wide_matrices_is_that_of_their_transposes(gen):
+    # before: a wide W (orthonormal rows) got the tall formula: 2.25 for a tangent Φ
+    W = M.random(3, 6, generator=gen, dtype=F64)
+    Phi = M.steepest_direction(W, torch.randn(3, 6, generator=gen, dtype=F64))
+    assert float(tangent_residual(W, Phi)) <= 1e-12  # tangent to float64 rounding
+    D = torch.randn(3, 6, generator=gen, dtype=F64)
+    assert float(tangent_residual(W, D)) == pytest.approx(float(torch.linalg.matrix_norm(W @ D.T + D @ W.T)), rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_orthogonal_steepest_direction_damps_a_normal_gradient_as_stiefel_does(dtype, gen):
+    # before: Orthogonal().steepest_direction(W, W S) with S symmetric (tangent part: rounding noise) returned a
+    # unit direction (msign of noise), while Stiefel's on the same square W applied the eps rule; the two agree now
+    # (to the rounding of two routes to the same noise: a few eps of ‖G‖ against an eps rule of √eps)
+    W = Orthogonal().project(torch.randn(5, 5, generator=gen, dtype=F64)).to(dtype)
+    S = torch.randn(5, 5, generator=gen, dtype=F64).to(dtype)
+    G = W @ (S + S.T)
+    phi_o, phi_s = Orthogonal().steepest_direction(W, G), M.steepest_direction(W, G)
+    eps = torch.finfo(dtype).eps
+    assert float(torch.linalg.matrix_norm(phi_o, 2)) <= 1e3 * eps / math.sqrt(eps)  # noise / √eps, not 1
+    assert float(torch.linalg.matrix_norm(phi_s, 2)) <= 1e3 * eps / math.sqrt(eps)
+    G = torch.randn(5, 5, generator=gen, dtype=F64).to(dtype)  # a generic gradient keeps its unit direction
+    assert float(torch.linalg.matrix_norm(Orthogonal().steepest_direction(W, G), 2)) == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize("manifold", [Orthogonal(), M], ids=["orthogonal", "stiefel"])
+@pytest.mark.parametrize("eps, error", [("a", TypeError), (True, TypeError), (-1.0, ValueError),
+                                        (float("nan"), ValueError)])
+def test_steepest_direction_refuses_a_bad_eps(manifold, eps, error, gen):
+    W = manifold.random(5, 5, generator=gen, dtype=F64)
+    with pytest.raises(error, match="eps must be"):
+        manifold.steepest_direction(W, torch.randn(5, 5, generator=gen, dtype=F64), eps=eps)

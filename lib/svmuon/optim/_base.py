@@ -56,8 +56,8 @@ def check_param(p: Any, label: str, optimizer: str) -> None:
     if not isinstance(p, torch.Tensor):
         raise TypeError(f"{optimizer}: {label} must be a torch.Tensor, got {type(p).__name__}")
     if p.is_complex() or not p.is_floating_point():
-        raise TypeError(f"{optimizer}: {label} must have a real floating dtype, got {p.dtype} "
-                        f"({optimizer} does not support complex parameters)")
+        why = f" ({optimizer} does not support complex parameters)" if p.is_complex() else ""
+        raise TypeError(f"{optimizer}: {label} must have a real floating dtype, got {p.dtype}{why}")
     if p.numel() == 0:
         raise ValueError(f"{optimizer}: {label} is empty (shape {tuple(p.shape)})")
 

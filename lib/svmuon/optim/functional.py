@@ -331,14 +331,16 @@ def _plan_manifold_batch(plan: StepPlan, idx: list[int], params, grads, buffers,
     eps_ = math.sqrt(torch.finfo(W.dtype).eps) if eps is None else eps
     damping = _damping(d.tangent_norm, torch.linalg.matrix_norm(U), eps_)  # the eps rule
     eta = (lr * damping).to(W.dtype)[:, None, None]
+    start = manifold.start_defect(Wc)  # where the retraction heals any W (Stiefel), the point before the step
     W_new, defect = manifold.stabilize(manifold.retract_direction(Wc, d.step, eta, lr_max), correct)
     W_new, new_B = W_new.reshape(W.shape), new_B.reshape(W.shape)
     k = len(idx)
     drift_prev = torch.stack([_as_drift(drifts[i] if drifts else None, defect) for i in idx])
-    on_manifold, tolerance = _point_check(defect, drift_prev, eta, manifold, orthogonalize, atol)
+    checked = defect if start is None else torch.maximum(defect, start)
+    on_manifold, tolerance = _point_check(checked, drift_prev, eta, manifold, orthogonalize, atol)
     # a NaN/Inf in g, B or B' reaches U; U is checked itself (the SVD route reads NaN as 0)
     plan.add_batch([_label(labels, i) for i in idx], [U.reshape(k, -1), W_new, new_B, d.tangent_norm.reshape(k, -1)],
-                   on_manifold=on_manifold, defect=defect.reshape(k, -1), tolerance=tolerance,
+                   on_manifold=on_manifold, defect=checked.reshape(k, -1), tolerance=tolerance,
                    defect_before=lambda: manifold.stabilize(Wc, False)[1])
     new_drift = torch.zeros_like(drift_prev) if correct else defect.reshape(k, -1).amax(dim=1)
     info = {"tangent_norm": d.tangent_norm * u_scale.reshape(-1), "damping": damping, "defect": defect, **d.info}

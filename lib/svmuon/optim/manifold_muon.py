@@ -13,7 +13,9 @@ one step is
 3. the polar retraction along it with step length ``η = lr · min(1, ‖P_W(U)‖_F / (eps ‖U‖_F))`` (on O(n)
    ``W <- W(I - ηO)(I - OᵀO + OᵀO/√(1+η²))``, eq-orth-retraction), so ``lr`` is the spectral-norm length
    of the step and a tangent part at rounding level takes none (the eps rule);
-4. the point check and drift control, from one Gram matrix ``WᵀW`` of the new point: its defect must be
+4. the point check and drift control, from one Gram matrix ``WᵀW`` of the new point (and, on a manifold whose
+   retraction returns a point from any ``W``, the Stiefel one, one of the point before the step:
+   ``manifold.start_defect``): its defect must be
    at most ``2 (atol + drift) + slack`` (else the point was scaled or overwritten since the last step and
    the step is refused), and every ``polar_every`` steps one Björck step ``W <- W(3I - WᵀW)/2`` follows.
 

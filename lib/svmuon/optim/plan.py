@@ -132,8 +132,11 @@ def raise_for(optimizer: str, failures: list[tuple[str, Any, float | None, float
             "itself lost accuracy: a step length far beyond the manifold's scale in a low precision, or a manifold "
             "whose retraction does not fit its direction. Lower lr, or use float64; no parameter or optimizer state "
             "was changed")
-    was = f" (max|WᵀW - I| = {before:.3g} before the step)" if before is not None else ""
+    # the point before the step is the evidence where it is known (a manifold whose retraction heals any point, the
+    # Stiefel one, returns one on the manifold from it); else the point after it
+    where = (f"max|WᵀW - I| = {before:.3g} before the step" if before is not None
+             else f"max|WᵀW - I| = {defect:.3g} after the step")
     raise OffManifoldError(
-        f"{optimizer}: {label} is no longer on its manifold{was}: max|WᵀW - I| = {defect:.3g} after the step, above "
+        f"{optimizer}: {label} is no longer on its manifold: {where}, above "
         f"its tolerance {tol:.3g}{others}; it was changed outside the optimizer (scaled or overwritten?). "
         "Project it back, e.g. W.data.copy_(manifold.project(W)); no parameter or optimizer state was changed")

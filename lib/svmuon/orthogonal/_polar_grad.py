@@ -32,12 +32,16 @@ directions, where msign jumps) is zero. Dropped singular values that are small b
 ``rcond·σ_max``) change the computed map's true derivative only by a relative ``O(σ_dropped/σ_r)``.
 Where nothing is kept (``X = 0``) the gradient is zero.
 
-``complete=True`` (square only) returns the full ``U Vᵀ`` even when some ``σ_i = 0``: one of the nearest
-orthogonal matrices (``Orthogonal.project``'s fallback). Its backward is ``U Γ Vᵀ`` with ``Γ_ij = 0``
-where ``σ_i + σ_j = 0``. With one zero singular value, null vectors ``u, v``, that is the limit of the
-derivative at the invertible neighbours ``X + ε u vᵀ`` (ε ↓ 0), whose polar factors tend to the returned
-``U Vᵀ``; from the other side (ε ↑ 0) the polar factor and its derivative have other limits. With two or
-more the rotation between the null spaces is arbitrary and has no derivative; the backward holds it fixed.
+``complete=True`` returns the full thin ``U Vᵀ`` even when some ``σ_i = 0``: one of the nearest orthogonal
+matrices (``Orthogonal.project``'s fallback), or of the nearest points of the Stiefel manifold
+(``Stiefel.project``). For square X its backward is ``U Γ Vᵀ`` with ``Γ_ij = 0`` where ``σ_i + σ_j = 0``.
+With one zero singular value, null vectors ``u, v``, that is the limit of the derivative at the invertible
+neighbours ``X + ε u vᵀ`` (ε ↓ 0), whose polar factors tend to the returned ``U Vᵀ``; from the other side
+(ε ↑ 0) the polar factor and its derivative have other limits. With two or more the rotation between the null
+spaces is arbitrary and has no derivative; the backward holds it fixed. For tall (wide) X the projector term
+of a zero ``σ_j`` is dropped too (``Σ⁻¹`` read as the pseudo-inverse): the completing column ``u_j`` is then
+any unit vector orthogonal to the others, which has no derivative either, and the backward holds it fixed;
+the result is finite wherever the forward is.
 
 Second derivatives are not implemented: differentiating the returned gradient again (``create_graph=True``
 followed by another backward, ``gradgradcheck``) raises ``RuntimeError`` naming msign.
@@ -59,11 +63,10 @@ _SECOND_ORDER = ("msign(method='svd') and Orthogonal.project support first deriv
 def polar_factor_svd(X: torch.Tensor, rcond: float, *, complete: bool = False) -> torch.Tensor:
     """``U diag(1[σ > rcond·σ_max]) Vᵀ`` of ``X`` (``(..., m, n)``, float32/float64), differentiable.
 
-    ``complete=True`` (square X only) returns ``U Vᵀ`` with every singular value replaced by one, zero ones
-    included. Unchecked (callers validate); see the module docstring for the backward.
+    ``complete=True`` returns ``U Vᵀ`` of the thin SVD with every singular value replaced by one, zero ones
+    included (orthonormal columns, or rows for wide X). Unchecked (callers validate); see the module docstring
+    for the backward.
     """
-    if complete and X.shape[-1] != X.shape[-2]:
-        raise ValueError(f"complete=True needs square matrices, got shape {tuple(X.shape)}")
     if torch.is_grad_enabled() and X.requires_grad:
         return _PolarSVD.apply(X, float(rcond), bool(complete))
     return _forward(X, float(rcond), bool(complete))[0]  # no graph wanted: skip the Function's overhead

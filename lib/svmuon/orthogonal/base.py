@@ -24,7 +24,7 @@ calls nothing else, so a new manifold needs no optimizer change. One step on a b
     eta = lr * min(1, d.tangent_norm / (eps ‖U‖_F))  # tiny tangent parts are damped (the eps rule)
     W_new = manifold.retract_direction(W, d.step, eta, eta_max=lr)
     W_new, defect = manifold.stabilize(W_new, correct)       # forms W_newᵀW_new once: defect, Björck step
-    ok = defect <= 2 (atol + drift) + manifold.step_slack(eta, orthogonalize)
+    ok = max(defect, manifold.start_defect(W) or 0) <= 2 (atol + drift) + manifold.step_slack(eta, orthogonalize)
     # committed only if every parameter is finite and ok; state <- d.state
 
 (``drift`` is the defect the previous step left uncorrected, 0 after a corrected one.)
@@ -56,6 +56,10 @@ Subclass :class:`Manifold` and implement
   correction) and, if ``correct``, the corrected point (default: one Björck step from one Gram matrix).
 * ``step_slack(eta, orthogonalize) -> Tensor | float``: a bound on the defect one retraction may add by itself
   (e.g. because a Newton–Schulz ``Φ`` is not an exact partial isometry). Default: 0.
+* ``start_defect(W) -> Tensor | None``: ``max|WᵀW - I|`` of the point *before* the step (``(k,)``), checked
+  with the same tolerance, for a manifold whose retraction returns a point from any ``W`` (the Stiefel polar
+  retraction from the Gram matrix of ``W - ηΦ``), where the retracted point's defect cannot show that ``W``
+  was scaled or overwritten since the last step. Default: ``None`` (one product less).
 * the public methods that have no generic form here: ``project``, and, if ``step`` is not ``Φ`` itself,
   ``_tangent_from_step(W, step)`` and ``_step_from_tangent(W, Phi)`` (used by :meth:`Manifold.steepest_direction`
   and :meth:`Manifold.retract_along`).
@@ -77,6 +81,10 @@ import torch
 from svmuon._validation import as_tensor, check_finite, check_float, check_matrix
 
 __all__ = ["Manifold", "Direction"]
+
+#: ``retract_along`` keeps its closed form only where the result is a point to this fraction of ``√eps`` (what every
+#: method requires of a point), so that what it returns is accepted by every later call, with room for rounding
+POINT_MARGIN = 0.25
 
 
 class Direction(NamedTuple):
@@ -131,6 +139,26 @@ def check_eta(eta: Any) -> float:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"eta must be a finite real number >= 0, got {eta!r}")
     return value
+
+
+def check_eps(eps: Any, dtype: torch.dtype) -> float:
+    """The eps rule's threshold of the public ``steepest_direction``: ``eps`` as a finite float >= 0, or ``√eps`` of
+    ``dtype`` for ``None``; ``TypeError``/``ValueError`` naming ``eps`` otherwise."""
+    if eps is None:
+        return math.sqrt(torch.finfo(dtype).eps)
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps must be a real number >= 0 or None, got {type(eps).__name__}")
+    value = float(eps)
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+    return value
+
+
+def eps_damping(tangent_norm: torch.Tensor, norm: torch.Tensor, eps: float) -> torch.Tensor:
+    """``min(1, ‖P_W(G)‖_F / (eps ‖G‖_F))`` per matrix (1 where ``eps = 0`` or ``G = 0``): the optimizer's eps rule
+    for the public ``steepest_direction``."""
+    floor = norm * eps
+    return torch.where(tangent_norm >= floor, torch.ones_like(tangent_norm), tangent_norm / floor)
 
 
 def check_atol(atol: Any, dtype: torch.dtype) -> float:
@@ -312,8 +340,8 @@ class Manifold:
                              f"(max|Z| = {float(Zt.abs().max()):.3g}); pass a smaller Z or a wider dtype")
         return out.numpy() if was_numpy else out
 
-    def steepest_direction(self, W: Any, G: Any, *, orthogonalize: Callable[[torch.Tensor], torch.Tensor] | None = None
-                           ) -> Any:
+    def steepest_direction(self, W: Any, G: Any, *, orthogonalize: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                           eps: float | None = None) -> Any:
         """Unit steepest-ascent direction ``Φ``: maximiser of ``tr(GᵀΦ)`` over tangent ``Φ`` with ``‖Φ‖₂ <= 1``.
 
         Descent moves along ``-Φ`` (:meth:`retract_along`).
@@ -322,13 +350,17 @@ class Manifold:
             W: point ``(..., m, n)``. G: Euclidean gradient, same matrix shape, batch broadcastable.
             orthogonalize: ``X -> msign(X)`` where the manifold's direction needs one (default: exact, by SVD),
                 e.g. an :class:`~svmuon.orthogonal.msign.Orthogonalizer` with a Newton–Schulz schedule.
+            eps: a tangent part ``‖P_W(G)‖_F`` below ``eps ‖G‖_F`` is rounding noise of the projection, not a
+                direction: ``Φ`` is multiplied by ``‖P_W(G)‖_F / (eps ‖G‖_F)`` there (the optimizer's eps rule), so a
+                normal ``G = WS`` (``S`` symmetric) gives ``Φ ≈ 0`` as ``G = 0`` does. Default ``√eps`` of the
+                dtype; 0 disables.
 
         Returns:
             ``Φ``, the type of ``G``, the broadcast shape, dtype of ``G``.
 
         Raises:
-            TypeError: non-float inputs. ValueError: bad shapes, non-finite entries, ``W`` not a point
-                (``‖WᵀW - I‖_max > √eps`` of its dtype).
+            TypeError: non-float inputs, ``eps`` not a real number. ValueError: bad shapes, non-finite entries,
+                ``W`` not a point (``‖WᵀW - I‖_max > √eps`` of its dtype), ``eps`` negative or not finite.
         """
         from svmuon.orthogonal.msign import power_of_two_scale
 
@@ -337,12 +369,15 @@ class Manifold:
         self._require_shape(Wt, "W")
         check_pair(Wt, "W", Gt, "G")
         self._require_point(Wt)
+        eps_f = check_eps(eps, Gt.dtype)
         shape = torch.broadcast_shapes(Wt.shape, Gt.shape)
         Wc = self._canonical(Wt.to(Gt.dtype).expand(shape).reshape(-1, *shape[-2:]))
         Gc = self._canonical(Gt.expand(shape).reshape(-1, *shape[-2:]))
         Gc = Gc / power_of_two_scale(Gc)  # exact; Φ does not depend on the size of G, and WᵀG cannot overflow
         d = self.direction(Wc, Gc, _orthogonalizer(orthogonalize), self.init_state(Wc))
-        Phi = self._canonical(self._tangent_from_step(Wc, d.step), tuple(shape)).reshape(shape)
+        damping = eps_damping(d.tangent_norm.to(Gc.dtype), torch.linalg.matrix_norm(Gc), eps_f)
+        Phi = self._tangent_from_step(Wc, d.step) * damping[:, None, None]
+        Phi = self._canonical(Phi, tuple(shape)).reshape(shape)
         return Phi.numpy() if was_numpy else Phi
 
     # -- retractions ---------------------------------------------------------------------------------------
@@ -390,7 +425,7 @@ class Manifold:
         of an exact msign; rank-deficient allowed), ``(W-ηΦ)ᵀ(W-ηΦ) = I + η²P`` and
         ``(I + η²P)^{-1/2} = I - P + P/√(1+η²)``, so this closed form equals :meth:`retract` of ``-ηΦ``
         (eq-orth-retraction). It is the step an optimizer takes, ``eta`` its spectral length. Where the
-        result of the closed form is off the manifold by more than ``10√eps`` (``Φ`` not tangent, or not of
+        result of the closed form is off the manifold by more than ``√eps/4`` (``Φ`` not tangent, or not of
         the kind the manifold's closed form assumes), it is replaced by :meth:`retract` of ``-ηΦ``, the
         nearest point to ``W - ηΦ`` by definition.
 
@@ -424,7 +459,8 @@ class Manifold:
                              f"{torch.finfo(Wt.dtype).max:.3g}), got {eta!r}")
         out = self._canonical(self.retract_direction(Wc, step, _eta_tensor(eta_f, Wc), eta_f),
                               tuple(Wt.shape)).reshape(Wt.shape)
-        if bool(torch.isfinite(out).all()) and not bool((self.defect(out) <= 10 * math.sqrt(torch.finfo(Wt.dtype).eps)).all()):
+        # a quarter of the √eps that every method requires of a point: the result is one, with room to spare
+        if bool(torch.isfinite(out).all()) and not bool((self.defect(out) <= POINT_MARGIN * math.sqrt(torch.finfo(Wt.dtype).eps)).all()):
             # Φ was not a tangent vector (or not of the kind the closed form assumes): the formula does not
             # apply, so take the definition, the nearest point to W - ηΦ (raises if that is not unique)
             return self.retract(W, -eta_f * Pt.reshape(Wt.shape))
@@ -463,6 +499,11 @@ class Manifold:
     def step_slack(self, eta: torch.Tensor, orthogonalize: Any) -> torch.Tensor | float:
         """A bound on the defect one retraction adds by itself (protocol; default 0)."""
         return 0.0
+
+    def start_defect(self, W: torch.Tensor) -> torch.Tensor | None:
+        """``max|WᵀW - I|`` of the point before the step, ``(k,)``, for a manifold whose retraction returns a point
+        whatever ``W`` was (protocol; default ``None``: the retracted point's defect shows an outside change)."""
+        return None
 
     def tangent(self, W: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
         """``P_W(Z)`` for canonical batches (protocol)."""

@@ -191,7 +191,9 @@ def reduced_dual(W: Any, G: Any, X: Any, *, smoothing: float = 0.0) -> tuple[Any
 
 
 def tangent_residual(W: Any, Phi: Any) -> Any:
-    """``‖WᵀΦ + ΦᵀW‖_F`` per matrix (0 exactly for tangent ``Φ``); shape ``(...)``, type of ``Phi``.
+    """``‖WᵀΦ + ΦᵀW‖_F`` per matrix (0 exactly for tangent ``Φ``); shape ``(...)``, type of ``Phi``. For wide
+    matrices (``m < n``, ``W`` with orthonormal rows, as :class:`Stiefel` takes them) ``‖WΦᵀ + ΦWᵀ‖_F``, the
+    residual of the tall transposes.
 
     Raises:
         TypeError: non-float inputs. ValueError: different matrix shapes, non-finite entries.
@@ -204,5 +206,8 @@ def tangent_residual(W: Any, Phi: Any) -> Any:
         check_finite(T, name)
     if Wt.shape[-2:] != Pt.shape[-2:]:
         raise ValueError(f"W and Phi must have the same matrix shape, got {tuple(Wt.shape)} and {tuple(Pt.shape)}")
-    out = _residual(Wt.to(Pt.dtype), Pt)
+    Wt = Wt.to(Pt.dtype)
+    if Wt.shape[-2] < Wt.shape[-1]:  # orthonormal rows: the tall transpose's residual
+        Wt, Pt = Wt.mT, Pt.mT
+    out = _residual(Wt, Pt)
     return out.numpy() if was_numpy else out

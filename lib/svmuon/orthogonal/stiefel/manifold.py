@@ -21,13 +21,13 @@ References:
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any
 
 import torch
 
-from svmuon.orthogonal.base import Direction, Manifold, _orthogonalizer, as_matrix, check_pair, eye_like
+from svmuon.orthogonal.base import (Direction, Manifold, _orthogonalizer, as_matrix, check_eps, check_pair,
+                                   eps_damping, eye_like)
 from svmuon.orthogonal.stiefel.dispatch import solve
 from svmuon.orthogonal.stiefel.options import StiefelOptions
 from svmuon.orthogonal.stiefel.reduction import WORK_DTYPE, _sym, _tangent_part
@@ -109,7 +109,9 @@ class Stiefel(Manifold):
         """Nearest point in Frobenius norm: the orthonormal polar factor ``UVᵀ`` of a thin SVD ``W = UΣVᵀ``
         (higham1986polar); wide ``W``: orthonormal rows. Differentiable, with a backward that stays finite at
         repeated singular values (the identity, any point: ``svmuon.orthogonal._polar_grad``). For a
-        rank-deficient ``W`` one of the nearest points (the null directions are completed by the SVD's vectors).
+        rank-deficient ``W`` (``0`` included) one of the nearest points (the null directions are completed by the
+        SVD's vectors), with a finite backward that holds the completion fixed (the projection has no derivative
+        there).
 
         Raises:
             TypeError: non-float ``W``. ValueError: empty or non-finite ``W``, or wide with ``transpose_wide=False``.
@@ -119,10 +121,9 @@ class Stiefel(Manifold):
         Wt, was_numpy = as_matrix(W, "W")
         self._require_shape(Wt, "W")
         work = Wt if Wt.dtype in (torch.float32, torch.float64) else Wt.float()
-        Q = self._canonical(polar_factor_svd(self._canonical(work), 0.0), tuple(Wt.shape))
-        if bool((self.defect(Q.detach()) > 0.5).any()):  # a dropped (zero) direction: complete it from the SVD
-            U, _, Vh = torch.linalg.svd(work, full_matrices=False)
-            Q = U @ Vh
+        # complete: zero singular values replaced by one too (a rank-deficient W gets one of its nearest points,
+        # its null directions completed by the SVD's vectors), with a backward that stays finite there
+        Q = self._canonical(polar_factor_svd(self._canonical(work), 0.0, complete=True), tuple(Wt.shape))
         out = Q.to(Wt.dtype)
         return out.numpy() if was_numpy else out
 
@@ -148,8 +149,9 @@ class Stiefel(Manifold):
             :func:`~svmuon.orthogonal.stiefel.api.stiefel_direction` for iterations, residuals and the gap).
 
         Raises:
-            TypeError: non-float inputs. ValueError: shape mismatch, non-finite entries, ``W`` not a point
-                (``‖WᵀW - I‖_max > √eps`` of its dtype), wide ``W`` with ``transpose_wide=False``, bad options.
+            TypeError: non-float inputs, ``eps`` not a real number. ValueError: shape mismatch, non-finite entries,
+                ``W`` not a point (``‖WᵀW - I‖_max > √eps`` of its dtype), wide ``W`` with ``transpose_wide=False``,
+                bad options, ``eps`` negative or not finite.
         """
         from svmuon.orthogonal.msign import power_of_two_scale
 
@@ -162,15 +164,13 @@ class Stiefel(Manifold):
         self._require_point(Wt)
         if Gt.dtype not in (torch.float32, torch.float64):
             raise TypeError(f"G must be float32 or float64, got {Gt.dtype}")
-        eps = math.sqrt(torch.finfo(Gt.dtype).eps) if eps is None else float(eps)
-        if not (math.isfinite(eps) and eps >= 0):
-            raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+        eps = check_eps(eps, Gt.dtype)
         shape = torch.broadcast_shapes(Wt.shape, Gt.shape)
         Wc = self._canonical(Wt.to(Gt.dtype).expand(shape).reshape(-1, *shape[-2:]), tuple(shape))
         Gc = self._canonical(Gt.expand(shape).reshape(-1, *shape[-2:]), tuple(shape))
         Gc = Gc / power_of_two_scale(Gc)  # exact; Φ does not depend on the size of G, and no product overflows
         sol = solve(Wc, Gc, opts, orthogonalize=_orthogonalizer(orthogonalize))
-        damping = _eps_damping(sol.tangent_norm.to(Gc.dtype), torch.linalg.matrix_norm(Gc), eps)
+        damping = eps_damping(sol.tangent_norm.to(Gc.dtype), torch.linalg.matrix_norm(Gc), eps)
         # the contract, whatever the solver reached: tangent (to rounding) and in the unit ball
         Phi = self.tangent(Wc, sol.Phi.to(Gc.dtype))
         top = torch.linalg.eigvalsh(_sym((Phi.mT @ Phi).to(WORK_DTYPE))).amax(dim=-1).clamp_min(1.0)
@@ -185,7 +185,7 @@ class Stiefel(Manifold):
         ``(W - ηΦ)(I + η²ΦᵀΦ)^{-1/2}``, computed by Newton–Schulz iterations against the exact Gram matrix (an
         eigendecomposition for ``η >= 0.9``); for a partial isometry it is the source's closed form
         ``(W - ηΦ)(I - P + P/√(1+η²))``. A ``Φ`` that is not tangent (the result off the manifold by more than
-        ``10√eps``) falls back to ``retract(W, -ηΦ)``, the same definition by SVD.
+        ``√eps/4``) falls back to ``retract(W, -ηΦ)``, the same definition by SVD.
 
         Args:
             W: point ``(..., m, n)`` (wide: orthonormal rows). Phi: same matrix shape, batch broadcastable to
@@ -272,9 +272,8 @@ class Stiefel(Manifold):
         R = torch.baddbmm(eye_like(W).expand(W.shape[0], -1, -1), W.mT, W, alpha=-1.0)  # I - WᵀW
         return W, R.abs().amax(dim=(-2, -1))
 
-
-def _eps_damping(tangent_norm: torch.Tensor, norm: torch.Tensor, eps: float) -> torch.Tensor:
-    """``min(1, ‖P_W(G)‖_F / (eps ‖G‖_F))`` per matrix (1 where ``eps = 0`` or ``G = 0``)."""
-    floor = norm * eps
-    return torch.where(tangent_norm >= floor, torch.ones_like(tangent_norm), tangent_norm / floor)
-
+    def start_defect(self, W: torch.Tensor) -> torch.Tensor:
+        """``max|WᵀW - I|`` of the point before the step (one Gram matrix): the polar retraction returns a point
+        from any ``W``, so a ``W`` scaled or overwritten since the last step shows here only (refused, as on
+        O(n), instead of silently re-projected)."""
+        return self.stabilize(W, False)[1]

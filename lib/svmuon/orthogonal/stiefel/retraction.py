@@ -52,11 +52,16 @@ def polar_retraction(W: torch.Tensor, Phi: torch.Tensor, eta: torch.Tensor, eta_
     host bound ``eta_max`` has ``η² < 0.5``, else (or for ``eta_max=None``) by an eigendecomposition in float64.
     Two m × n × n products and a few n × n ones."""
     Vs = torch.addcmul(W, eta, Phi, value=-1.0)
-    H = _mm(Vs.mT, Vs)
     degree = None if eta_max is None else _series_degree(float(eta_max), torch.finfo(W.dtype).eps)
     if degree is None:
-        lam, V = torch.linalg.eigh(_sym(H.to(WORK_DTYPE)))
+        # the polar factor of Vs is that of Vs / max(1, η): its Gram matrix cannot overflow for any finite η
+        Vs = Vs / eta.clamp_min(1.0)
+        try:
+            lam, V = torch.linalg.eigh(_sym(_mm(Vs.mT, Vs).to(WORK_DTYPE)))
+        except torch.linalg.LinAlgError:  # a non-finite Vs (NaN direction): a NaN point, which the step refuses
+            return torch.full_like(Vs, float("nan"))
         Z = (V * torch.rsqrt(lam.clamp_min(torch.finfo(WORK_DTYPE).tiny))[..., None, :]) @ V.mT
         return Vs @ Z.to(W.dtype)
+    H = _mm(Vs.mT, Vs)
     E = H - torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
     return _mm(Vs, _sym(_inverse_sqrt_series(E, degree)))
