@@ -249,3 +249,40 @@ def test_recorded_results_support_the_chapter_claims(task):
         for method, (lo, hi) in (("muon", (0.04, 0.09)), ("adamw", (0.12, 0.2))):
             ends = [math.log(64) - sum(r["entropy_p1"]) / len(r["entropy_p1"]) for r in runs if r["method"] == method]
             assert lo < sum(ends) / len(ends) < hi
+
+
+# ------------------------------------------------------------------ the initial-scale check (digits-unit, ...)
+
+def test_start_check_tasks_run_the_constrained_arms_only(tmp_path):
+    """``text-unit``: the fixed-entropy layers start at ‖W‖_F² = k, only the manifold rate is tuned, and the plan
+    has no baseline runs (the baselines have no fixed-entropy layers: the plain task's are the same runs)."""
+    assert fe.TASKS["text-unit"]["start"] == "unit" and fe.TASKS["digits-he"]["start"] == "he"
+    assert {d["method"] for d in fe.plan([0, 1], (0.42,), [1], 2, baselines=False)} == {"orthogonal", "shape", "level_set"}
+    assert {"muon", "adamw"} <= {d["method"] for d in fe.plan([0], (0.42,), [1], 1)}
+    assert fe.main(["--smoke", "--tasks", "text-unit", "--output-dir", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "fixed-entropy-text-unit.json").read_text())
+    assert set(doc["lr"]) == {"manifold"} and {t["method"] for t in doc["tuning"]} == {"orthogonal"}
+    assert {r["method"] for r in doc["runs"]} == {"orthogonal", "shape", "level_set"}
+    assert doc["config"]["start"] == "unit"
+
+
+def test_recorded_start_check_supports_the_chapter_claims():
+    """"Does the initial scale matter?" recomputed with plain Python from the four recorded files: from either
+    start the orthogonal limit is the best point on digits and log k - 0.42 beats it on text, and no point moves
+    between the starts by more than 2.5 standard errors of the difference (the chapter asserts the same)."""
+    for task in ("digits", "text"):
+        stats = {}
+        for start in ("he", "unit"):
+            runs = _recorded(f"{task}-{start}")["runs"]
+            points = {("orthogonal", 0.0)} | {(r["method"], r["delta"]) for r in runs if r["method"] != "orthogonal"}
+            stats[start] = {(m, d): _loss_stats(runs, m, 1, d) for m, d in points}
+            best = min(stats[start], key=lambda k: stats[start][k][0])
+            orth = stats[start]["orthogonal", 0.0][0]
+            at_042 = min(v[0] for (m, d), v in stats[start].items() if d == 0.42)
+            if task == "digits":
+                assert best == ("orthogonal", 0.0) and at_042 > orth
+            else:
+                assert at_042 < orth
+        for point, (mean, se) in stats["unit"].items():
+            mean_he, se_he = stats["he"][point]
+            assert abs(mean - mean_he) < 2.5 * math.hypot(se, se_he), (task, point)

@@ -42,3 +42,22 @@ def test_bad_delta_and_gain_are_refused(kw, match):
     gain = kw.pop("gain", 1.0)
     with pytest.raises(ValueError, match=match):
         FixedEntropyLinear(**(args | kw), gain=gain)
+
+
+@pytest.mark.parametrize("delta", [0.0, 0.4])
+def test_net_start_sets_the_scale_of_every_fixed_entropy_layer(delta):
+    """``Net(start=...)``: He's ‖W‖_F² = 2 n_out, or a Stiefel matrix's ‖W‖_F² = k (every σ = 1 at δ = 0), for the
+    tall and the wide hidden matrix (a sum of σ_i², 1e-12 in float64); the entropy is the target either way."""
+    from svmuon.experiments.fixed_entropy_model import Net
+
+    for start in ("he", "unit"):
+        net = Net((6, 12, 5, 3), 0, "shape", delta, 1, dtype=torch.float64, start=start)
+        for W in net.weights():
+            n_out, k = W.shape[0], min(W.shape)
+            energy = 2 * n_out if start == "he" else k
+            assert float(W.detach().pow(2).sum()) == pytest.approx(energy, rel=1e-12)
+            assert abs(float(singular_value_entropy(W.detach())) - (math.log(k) - delta)) < 1e-10
+            if start == "unit" and delta == 0.0:
+                torch.testing.assert_close(torch.linalg.svdvals(W.detach()), torch.ones(k, dtype=torch.float64))
+    with pytest.raises(ValueError, match="start must be one of"):
+        Net((6, 12, 5, 3), 0, "shape", delta, 1, start="xavier")

@@ -26,7 +26,10 @@ Tasks (real data, offline): ``digits`` (scikit-learn's 8×8 digits, MLP 64 → 2
 alpaydin1998digits) and ``text`` (next-character prediction on the Python standard library's own source
 files: 8 characters of context, embedding 8, MLP 64 → 256 → 64 → 97 classes, 6 epochs of 150 minibatches of 128);
 ``digits-wide``, the width check, is digits with a hidden layer of 1024 (the same k = 64), and ``digits-deep``, the
-depth check, has a third hidden matrix (256×256). Learning rates are picked per
+depth check, has a third hidden matrix (256×256); ``digits-unit`` and ``text-unit``, the initial-scale check, start
+the fixed-entropy layers at ``‖W‖_F² = k`` (a Stiefel matrix's scale) instead of He's ``2 n_out``, and ``digits-he`` and
+``text-he`` are the same tasks from He's scale recorded beside them (the same library), both with the constrained arms
+only (their rate tuned afresh; the baselines are those of the plain task). Learning rates are picked per
 task and method from a small grid by validation loss with seed 0 at δ = 0 (the fixed-entropy arms) or
 unconstrained (the baselines), then every run uses them. Per run: final test loss and accuracy, training
 loss, the measured entropy of every hidden matrix at the end, the largest ``|H - h|`` seen at epoch ends (from
@@ -71,6 +74,12 @@ TASKS = {
     "digits-deep": dict(sizes=(64, 256, 256, 64, 10), epochs=40, batch_size=64, steps_per_epoch=None),
     "text": dict(sizes=(64, 256, 64, 97), epochs=6, batch_size=128, steps_per_epoch=150, context=8, embed=8),
 }
+# the initial-scale check: the fixed-entropy layers started at ‖W‖_F² = k (every singular value 1 at δ = 0), and at
+# He's 2 n_out again, recorded together with the same library; the constrained arms only (the baselines do not have
+# these layers), their rate tuned afresh
+for _task in ("digits", "text"):
+    for _start in ("he", "unit"):
+        TASKS[f"{_task}-{_start}"] = dict(TASKS[_task], start=_start, baselines=False)
 GRIDS = {"manifold": [0.001, 0.002, 0.005, 0.01], "muon": [3e-4, 1e-3, 3e-3, 1e-2], "adamw": [3e-4, 1e-3, 3e-3, 1e-2]}
 TEXT_CHARS = 400_000  # characters of the text corpus (svmuon.experiments.runs.text_corpus)
 
@@ -109,7 +118,7 @@ def train(task: str, data: dict[str, Any], method: str, lr: float, seed: int, *,
     epochs = cfg["epochs"] if epochs is None else epochs
     arm = {"shape": "shape", "level_set": "level_set", "orthogonal": "shape"}.get(method)
     net = Net(cfg["sizes"], seed, arm, delta if method != "orthogonal" else 0.0, power,
-              context=cfg.get("context", 0), embed=cfg.get("embed", 0), dtype=dtype)
+              context=cfg.get("context", 0), embed=cfg.get("embed", 0), dtype=dtype, start=cfg.get("start", "he"))
     opts = make_optimizers(net, "manifold" if arm else method, lr)
     X, y = data["train"]
     X = X if X.dtype == torch.long else X.to(dtype)
@@ -145,9 +154,11 @@ def train(task: str, data: dict[str, Any], method: str, lr: float, seed: int, *,
 
 # ----------------------------------------------------------------------------------------------- plan
 
-def plan(seeds: list[int], deltas: tuple[float, ...], powers: list[float], square_seeds: int) -> list[dict[str, Any]]:
-    """Every run of one task after tuning: (method, δ, r, seed)."""
-    runs = [dict(method=m, delta=0.0, power=1, seed=s) for m in ("orthogonal", "muon", "adamw") for s in seeds]
+def plan(seeds: list[int], deltas: tuple[float, ...], powers: list[float], square_seeds: int,
+         baselines: bool = True) -> list[dict[str, Any]]:
+    """Every run of one task after tuning: (method, δ, r, seed); ``baselines``: the free Muon and AdamW runs too."""
+    methods = ("orthogonal", "muon", "adamw") if baselines else ("orthogonal",)
+    runs = [dict(method=m, delta=0.0, power=1, seed=s) for m in methods for s in seeds]
     for r in powers:
         for d in deltas:
             for m in ("shape", "level_set"):
@@ -236,7 +247,8 @@ def _run_locked(task: str, path: Path, doc: dict[str, Any], data: dict[str, Any]
     doc["environment"] = environment()
     if "lr" not in doc:
         lrs = {}
-        for group, methods in (("manifold", ["orthogonal"]), ("muon", ["muon"]), ("adamw", ["adamw"])):
+        groups = (("manifold", ["orthogonal"]), ("muon", ["muon"]), ("adamw", ["adamw"]))
+        for group, methods in groups if TASKS[task].get("baselines", True) else groups[:1]:
             grid = GRIDS[group] if tune else GRIDS[group][1:2]
             for lr in tqdm(grid, desc=f"{task} tuning {group}", leave=False):
                 r = train(task, data, methods[0], lr, 0, **kw)
@@ -248,7 +260,7 @@ def _run_locked(task: str, path: Path, doc: dict[str, Any], data: dict[str, Any]
         save(path, doc, indent=1)
     done = {_key(r) for r in doc["runs"]}
     todo = []
-    for r in plan(seeds, deltas, powers, square_seeds):  # repeated --seeds/--deltas/--powers: each point once
+    for r in plan(seeds, deltas, powers, square_seeds, TASKS[task].get("baselines", True)):  # repeated --seeds/--deltas/--powers: each point once
         if _key(r) not in done:
             done.add(_key(r))
             todo.append(r)

@@ -11,6 +11,7 @@ import numbers
 
 import torch
 
+STARTS = ("he", "unit")  # the fixed-entropy layers' initial scales (Net)
 OTHER_LR = 3e-3  # Adam on z, the scale, the biases, the output layer and the embedding in the constrained arms
 
 
@@ -93,11 +94,16 @@ class FixedEntropyLinear(torch.nn.Module):
 class Net(torch.nn.Module):
     """MLP ``sizes[0] -> sizes[1] -> ... -> sizes[-1]`` (ReLU after each hidden layer); the hidden matrices (all
     but the output layer) plain ``Linear`` (``arm=None``) or :class:`FixedEntropyLinear`; ``embed``: an
-    embedding of ``context`` tokens in front."""
+    embedding of ``context`` tokens in front. ``start``: the fixed-entropy layers' initial scale, ``"he"``
+    (``‖W‖_F² = 2 n_out``, He's ReLU scale, he2015delving) or ``"unit"`` (``‖W‖_F² = k``, a Stiefel matrix's);
+    ValueError for another."""
 
     def __init__(self, sizes: tuple[int, ...], seed: int, arm: str | None = None, delta: float = 0.0,
-                 power: float = 1, context: int = 0, embed: int = 0, dtype: torch.dtype = torch.float32) -> None:
+                 power: float = 1, context: int = 0, embed: int = 0, dtype: torch.dtype = torch.float32,
+                 start: str = "he") -> None:
         super().__init__()
+        if start not in STARTS:
+            raise ValueError(f"start must be one of {STARTS}, got {start!r}")
         torch.manual_seed(seed)
         gen = torch.Generator().manual_seed(seed)
         pairs = list(zip(sizes[:-2], sizes[1:-1]))  # (n_in, n_out) of each hidden matrix
@@ -106,8 +112,10 @@ class Net(torch.nn.Module):
             self.hidden = torch.nn.ModuleList([torch.nn.Linear(a, b, dtype=dtype) for a, b in pairs])
         else:
             learn = arm == "level_set"
-            self.hidden = torch.nn.ModuleList([FixedEntropyLinear(a, b, delta, power, learn, gen, dtype)
-                                               for a, b in pairs])
+            # "he": ‖W‖_F² = 2 n_out (gain 2); "unit": ‖W‖_F² = k, a Stiefel matrix's (every σ = 1 at δ = 0)
+            gain = (lambda a, b: 2.0) if start == "he" else (lambda a, b: min(a, b) / b)
+            self.hidden = torch.nn.ModuleList([FixedEntropyLinear(a, b, delta, power, learn, gen, dtype,
+                                                                  gain=gain(a, b)) for a, b in pairs])
         self.out = torch.nn.Linear(sizes[-2], sizes[-1], dtype=dtype)
 
     def weights(self) -> list[torch.Tensor]:
