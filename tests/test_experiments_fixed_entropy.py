@@ -268,8 +268,9 @@ def test_start_check_tasks_run_the_constrained_arms_only(tmp_path):
 
 def test_recorded_start_check_supports_the_chapter_claims():
     """"Does the initial scale matter?" recomputed with plain Python from the four recorded files: from either
-    start the orthogonal limit is the best point on digits and log k - 0.42 beats it on text, and no point moves
-    between the starts by more than 2.5 standard errors of the difference (the chapter asserts the same)."""
+    start the orthogonal limit is the best point on digits and every arm at log k - 0.42 beats it on text (and
+    trails it on digits), and no point moves between the starts by 2 standard errors of the difference (the chapter
+    asserts the same)."""
     for task in ("digits", "text"):
         stats = {}
         for start in ("he", "unit"):
@@ -278,11 +279,9 @@ def test_recorded_start_check_supports_the_chapter_claims():
             stats[start] = {(m, d): _loss_stats(runs, m, 1, d) for m, d in points}
             best = min(stats[start], key=lambda k: stats[start][k][0])
             orth = stats[start]["orthogonal", 0.0][0]
-            at_042 = min(v[0] for (m, d), v in stats[start].items() if d == 0.42)
-            if task == "digits":
-                assert best == ("orthogonal", 0.0) and at_042 > orth
-            else:
-                assert at_042 < orth
+            for arm in ("shape", "level_set"):  # every arm at δ = 0.42 on the side the main sweep found
+                assert (stats[start][arm, 0.42][0] > orth) == (task == "digits"), (task, start, arm)
+            assert (best == ("orthogonal", 0.0)) == (task == "digits")
         for point, (mean, se) in stats["unit"].items():
             mean_he, se_he = stats["he"][point]
-            assert abs(mean - mean_he) < 2.5 * math.hypot(se, se_he), (task, point)
+            assert abs(mean - mean_he) < 2 * math.hypot(se, se_he), (task, point)

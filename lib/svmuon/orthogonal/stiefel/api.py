@@ -192,7 +192,8 @@ def reduced_dual(W: Any, G: Any, X: Any, *, smoothing: float = 0.0) -> tuple[Any
 
 def tangent_residual(W: Any, Phi: Any) -> Any:
     """``‖WᵀΦ + ΦᵀW‖_F`` per matrix (0 exactly for tangent ``Φ``); shape ``(...)``, type of ``Phi``. For wide
-    matrices (``m < n``, ``W`` with orthonormal rows, as :class:`Stiefel` takes them) ``‖WΦᵀ + ΦWᵀ‖_F``, the
+    matrices (``m < n``, ``W`` with orthonormal rows, as :class:`~svmuon.orthogonal.stiefel.manifold.Stiefel` takes
+    them) ``‖WΦᵀ + ΦWᵀ‖_F``, the
     residual of the tall transposes.
 
     Raises:
