@@ -626,3 +626,37 @@ def test_steepest_direction_refuses_a_bad_eps(manifold, eps, error, gen):
     W = manifold.random(5, 5, generator=gen, dtype=F64)
     with pytest.raises(error, match="eps must be"):
         manifold.steepest_direction(W, torch.randn(5, 5, generator=gen, dtype=F64), eps=eps)
+
+
+@pytest.mark.parametrize("manifold, shape", [(Orthogonal(), (5, 5)), (M, (6, 3)), (M, (3, 6))],
+                         ids=["orthogonal", "stiefel", "stiefel_wide"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_retract_of_a_half_precision_point_is_computed_in_float32(manifold, shape, dtype, gen):
+    # before: torch's NotImplementedError ("linalg_svd_cpu" not implemented for 'Half'), though the dtype passes the
+    # checks and project upcasts; the result is in W's dtype, a point to its rounding (float16 eps 1e-3, bf16 8e-3)
+    W32 = manifold.project(torch.randn(*shape, generator=gen))
+    W, Xi = W32.to(dtype), manifold.project_tangent(W32, 0.1 * torch.randn(*shape, generator=gen)).to(dtype)
+    out = manifold.retract(W, Xi)
+    assert out.dtype == dtype and out.shape == W.shape
+    assert float(manifold.defect(out)) <= 4 * torch.finfo(dtype).eps
+
+
+@pytest.mark.parametrize("opt_cls", ["muon", "manifold_muon"])
+@pytest.mark.parametrize("bad, error", [(float("nan"), ValueError), (-0.1, ValueError), ("0.1", TypeError)])
+def test_a_bad_lr_set_after_construction_is_refused_at_the_step(opt_cls, bad, error, gen):
+    # before: a NaN lr written into param_groups was reported as a non-finite update blaming the gradients or the
+    # momentum, and a negative one was used as is; now the step refuses it, naming lr, with nothing changed
+    from svmuon import Muon
+
+    p = torch.nn.Parameter(M.random(6, 3, generator=gen))
+    opt = Muon([p], lr=0.1) if opt_cls == "muon" else ManifoldMuon([p], lr=0.1, manifold=M)
+    p.grad = torch.randn(6, 3, generator=gen)
+    opt.step()
+    before = p.detach().clone()
+    state = {k: v.clone() for k, v in opt.state[p].items() if torch.is_tensor(v)}
+    opt.param_groups[0]["lr"] = bad
+    with pytest.raises(error, match=r"lr'\] \(set after construction\)"):
+        opt.step()
+    assert torch.equal(p.detach(), before) and all(torch.equal(opt.state[p][k], v) for k, v in state.items())
+    opt.param_groups[0]["lr"] = 0.05  # a scheduler's plain float is fine
+    opt.step()

@@ -182,7 +182,12 @@ class MatrixOptimizer(torch.optim.Optimizer):
 
     @staticmethod
     def _lr(group: dict[str, Any]) -> Any:
-        return _to_scalar(group["lr"])
+        """The group's learning rate as the step uses it; a plain number set after construction (by hand or by a
+        scheduler) is checked again (a host float: no synchronisation), a tensor is not read."""
+        lr = group["lr"]
+        if not isinstance(lr, torch.Tensor):
+            check_hyper("param_groups[...]['lr'] (set after construction)", lr)
+        return _to_scalar(lr)
 
     # -- copying and state dicts -----------------------------------------------------------------------------
     #: attributes beyond torch.optim's (defaults, state, param_groups) that copies and pickles keep

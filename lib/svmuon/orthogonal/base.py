@@ -410,12 +410,15 @@ class Manifold:
         check_pair(Wt, "W", Xt, "Xi", into=True)
         self._require_point(Wt)
         S = Wt + Xt.to(Wt.dtype)
+        if S.dtype not in (torch.float32, torch.float64):  # float16/bfloat16: LAPACK has no SVD; in float32, as project
+            S = S.float()
         out = msign(S, method="svd", rcond=0.0)
         sv = torch.linalg.svdvals(S)  # singular in W's dtype: LAPACK may return rounding noise, not 0, for the
         numerically_singular = (sv[..., -1] <= sv[..., 0] * max(S.shape[-2:]) * torch.finfo(S.dtype).eps)  # lost σ
         if bool((self.defect(out) > 0.5).any() or numerically_singular.any()):  # a dropped direction: |WᵀW - I| = 1
             raise ValueError("retract: W + Xi is singular (in W's dtype), so it has no unique nearest point; Xi must "
                              "be a tangent vector of modest size (for tangent Xi, W + Xi is always invertible)")
+        out = out.to(Wt.dtype)
         return out.numpy() if was_numpy else out
 
     def retract_along(self, W: Any, Phi: Any, eta: float) -> Any:
