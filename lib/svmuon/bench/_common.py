@@ -132,6 +132,13 @@ def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, *, warmup: bool 
     return times
 
 
+def rotated(names: list[str] | tuple[str, ...], k: int) -> list[str]:
+    """``names`` rotated by ``k`` (round ``k``'s order, so that no function always goes first; for a pair: swapped
+    every other round)."""
+    names = list(names)
+    return names[k % len(names):] + names[:k % len(names)]
+
+
 def paired(fns: dict[str, Callable[[], Any]], baseline: str, rounds: int, *, warmup: int = 1,
            device: Any = None) -> dict[str, dict[str, list[float]]]:
     """Wall-clock seconds of every ``fns[k]()`` timed in a pair with ``fns[baseline]()``: per other key,
@@ -155,7 +162,7 @@ def paired(fns: dict[str, Callable[[], Any]], baseline: str, rounds: int, *, war
                 fns[name]()
         times: dict[str, list[float]] = {name: [] for name in names}
         for r in range(rounds):
-            for name in names if r % 2 == 0 else names[::-1]:
+            for name in rotated(names, r):
                 synchronize(device)
                 t0 = time.perf_counter()
                 fns[name]()

@@ -47,7 +47,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from svmuon.bench._common import host_syncs, interleaved
+from svmuon.bench._common import host_syncs, interleaved, rotated
 
 __all__ = ["OPTIMIZERS", "IN_TRAINING", "ONE_ROUND", "FLOOR", "KERNELS", "KERNEL_OPS", "BASELINE", "SOLVERS",
            "step_ratio", "one_round", "in_training", "solver_rows", "summarize"]
@@ -119,12 +119,6 @@ def _hidden_optimizer(name: str, params: list[torch.Tensor], lr: float) -> torch
     from svmuon.orthogonal.stiefel import Stiefel
 
     return ManifoldMuon(params, lr=lr, momentum=0.9, manifold=Stiefel(**STIEFEL[name]))
-
-
-def _rotated(names: list[str] | tuple[str, ...], k: int) -> list[str]:
-    """``names`` rotated by ``k`` (round ``k``'s order, so that no run always goes first)."""
-    names = list(names)
-    return names[k % len(names):] + names[:k % len(names)]
 
 
 class _Replay:
@@ -254,7 +248,7 @@ def _timed_rounds(runs: dict[str, Any], first: list, timed: list, context: Calla
     times = {n: {"wall_s": [], "thread_s": []} for n in names}
     iterations: list[float] = []
     for k, grads in enumerate(first + timed):
-        for name in _rotated(names, k):
+        for name in rotated(names, k):
             run = runs[name]
             run.load(grads)
             if context is not None:
@@ -332,7 +326,7 @@ def in_training(workload: Any, names: tuple[str, ...] = IN_TRAINING, *, warmup: 
     batches = _batches(config, len(y), len(workload.grads), torch.Generator().manual_seed(workload.seed + 1000))
     losses = {}
     for k, idx in enumerate(batches):
-        for name in _rotated(names, k):
+        for name in rotated(names, k):
             model, opt, rest, times = runs[name]
             opt.zero_grad()
             rest.zero_grad()

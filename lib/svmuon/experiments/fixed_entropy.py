@@ -245,10 +245,11 @@ def run_task(task: str, path: Path, *, seeds: list[int], deltas: tuple[float, ..
 def _run_locked(task: str, path: Path, doc: dict[str, Any], data: dict[str, Any], *, seeds, deltas, powers,
                 square_seeds, lr_check, kw, tune) -> dict[str, Any]:
     doc["environment"] = environment()
+    baselines = TASKS[task].get("baselines", True)  # False: the constrained arms only (the start check)
     if "lr" not in doc:
         lrs = {}
         groups = (("manifold", ["orthogonal"]), ("muon", ["muon"]), ("adamw", ["adamw"]))
-        for group, methods in groups if TASKS[task].get("baselines", True) else groups[:1]:
+        for group, methods in groups if baselines else groups[:1]:
             grid = GRIDS[group] if tune else GRIDS[group][1:2]
             for lr in tqdm(grid, desc=f"{task} tuning {group}", leave=False):
                 r = train(task, data, methods[0], lr, 0, **kw)
@@ -260,7 +261,7 @@ def _run_locked(task: str, path: Path, doc: dict[str, Any], data: dict[str, Any]
         save(path, doc, indent=1)
     done = {_key(r) for r in doc["runs"]}
     todo = []
-    for r in plan(seeds, deltas, powers, square_seeds, TASKS[task].get("baselines", True)):  # repeated --seeds/--deltas/--powers: each point once
+    for r in plan(seeds, deltas, powers, square_seeds, baselines):  # repeated --seeds/--deltas/--powers: each point once
         if _key(r) not in done:
             done.add(_key(r))
             todo.append(r)

@@ -113,9 +113,9 @@ class Net(torch.nn.Module):
         else:
             learn = arm == "level_set"
             # "he": ‖W‖_F² = 2 n_out (gain 2); "unit": ‖W‖_F² = k, a Stiefel matrix's (every σ = 1 at δ = 0)
-            gain = (lambda a, b: 2.0) if start == "he" else (lambda a, b: min(a, b) / b)
-            self.hidden = torch.nn.ModuleList([FixedEntropyLinear(a, b, delta, power, learn, gen, dtype,
-                                                                  gain=gain(a, b)) for a, b in pairs])
+            self.hidden = torch.nn.ModuleList([
+                FixedEntropyLinear(a, b, delta, power, learn, gen, dtype, gain=2.0 if start == "he" else min(a, b) / b)
+                for a, b in pairs])
         self.out = torch.nn.Linear(sizes[-2], sizes[-1], dtype=dtype)
 
     def weights(self) -> list[torch.Tensor]:

@@ -38,6 +38,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from svmuon.optim.distributed import is_dtensor, shard_like, whole
+from svmuon.orthogonal.base import eps_damping
 from svmuon.orthogonal.msign import power_of_two_scale
 from svmuon.optim.plan import NonFiniteUpdateError, OffManifoldError, StepPlan  # noqa: F401  (also importable from here)
 
@@ -95,13 +96,6 @@ def _batches(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], extr
                                                     *(e[i] for e in extra))
         groups[key].append(i)
     return list(groups.values())
-
-
-def _damping(A_norm: torch.Tensor, ref: torch.Tensor | float, eps: float) -> torch.Tensor:
-    """``min(1, A_norm / (eps ref))`` per matrix (the eps rule of the module docstring); 1 where
-    ``A_norm >= eps ref``, which includes ``eps = 0`` and ``A = 0 = ref`` (then the step is 0 anyway)."""
-    floor = ref * eps
-    return torch.where(A_norm >= floor, torch.ones_like(A_norm), A_norm / floor)
 
 
 def _momentum(G: torch.Tensor, B: torch.Tensor, momentum: float, nesterov: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -171,7 +165,7 @@ def muon_updates(
         O = orthogonalize(U)
         if O.untyped_storage().data_ptr() == U.untyped_storage().data_ptr():  # e.g. an identity: O is written below
             O = O.clone()
-        scale = (adjust_lr(lr, adjust_lr_fn, tuple(P[0].shape)) * _damping(norm, 1.0, eps)).to(O.dtype)
+        scale = (adjust_lr(lr, adjust_lr_fn, tuple(P[0].shape)) * eps_damping(norm, 1.0, eps)).to(O.dtype)
         decay = 1 - lr * weight_decay
         if is_dtensor(P[0]):  # checked on the gathered whole: the same answer on every rank
             plan.add_batch([_label(labels, idx[0])], [O])
@@ -329,7 +323,7 @@ def _plan_manifold_batch(plan: StepPlan, idx: list[int], params, grads, buffers,
     state = _stacked_state(manifold, Wc, [solver_states[i] if solver_states else {} for i in idx], shape)
     d = manifold.direction(Wc, U, orthogonalize, state)  # eq-orth-direction on O(n)
     eps_ = math.sqrt(torch.finfo(W.dtype).eps) if eps is None else eps
-    damping = _damping(d.tangent_norm, torch.linalg.matrix_norm(U), eps_)  # the eps rule
+    damping = eps_damping(d.tangent_norm, torch.linalg.matrix_norm(U), eps_)  # the eps rule
     eta = (lr * damping).to(W.dtype)[:, None, None]
     start = manifold.start_defect(Wc)  # where the retraction heals any W (Stiefel), the point before the step
     W_new, defect = manifold.stabilize(manifold.retract_direction(Wc, d.step, eta, lr_max), correct)

@@ -154,9 +154,11 @@ def check_eps(eps: Any, dtype: torch.dtype) -> float:
     return value
 
 
-def eps_damping(tangent_norm: torch.Tensor, norm: torch.Tensor, eps: float) -> torch.Tensor:
-    """``min(1, ‖P_W(G)‖_F / (eps ‖G‖_F))`` per matrix (1 where ``eps = 0`` or ``G = 0``): the optimizer's eps rule
-    for the public ``steepest_direction``."""
+def eps_damping(tangent_norm: torch.Tensor, norm: torch.Tensor | float, eps: float) -> torch.Tensor:
+    """``min(1, ‖P_W(G)‖_F / (eps ‖G‖_F))`` per matrix: the eps rule of the optimizers
+    (:mod:`svmuon.optim.functional`) and of the public ``steepest_direction``; 1 where
+    ``tangent_norm >= eps · norm``, which includes ``eps = 0`` and ``tangent_norm = 0 = norm`` (then the step is 0
+    anyway)."""
     floor = norm * eps
     return torch.where(tangent_norm >= floor, torch.ones_like(tangent_norm), tangent_norm / floor)
 
@@ -463,7 +465,8 @@ class Manifold:
         out = self._canonical(self.retract_direction(Wc, step, _eta_tensor(eta_f, Wc), eta_f),
                               tuple(Wt.shape)).reshape(Wt.shape)
         # a quarter of the √eps that every method requires of a point: the result is one, with room to spare
-        if bool(torch.isfinite(out).all()) and not bool((self.defect(out) <= POINT_MARGIN * math.sqrt(torch.finfo(Wt.dtype).eps)).all()):
+        margin = POINT_MARGIN * math.sqrt(torch.finfo(Wt.dtype).eps)
+        if bool(torch.isfinite(out).all()) and not bool((self.defect(out) <= margin).all()):
             # Φ was not a tangent vector (or not of the kind the closed form assumes): the formula does not
             # apply, so take the definition, the nearest point to W - ηΦ (raises if that is not unique)
             return self.retract(W, -eta_f * Pt.reshape(Wt.shape))

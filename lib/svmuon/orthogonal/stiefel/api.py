@@ -193,8 +193,7 @@ def reduced_dual(W: Any, G: Any, X: Any, *, smoothing: float = 0.0) -> tuple[Any
 def tangent_residual(W: Any, Phi: Any) -> Any:
     """``‖WᵀΦ + ΦᵀW‖_F`` per matrix (0 exactly for tangent ``Φ``); shape ``(...)``, type of ``Phi``. For wide
     matrices (``m < n``, ``W`` with orthonormal rows, as :class:`~svmuon.orthogonal.stiefel.manifold.Stiefel` takes
-    them) ``‖WΦᵀ + ΦWᵀ‖_F``, the
-    residual of the tall transposes.
+    them) ``‖WΦᵀ + ΦWᵀ‖_F``, the residual of the tall transposes.
 
     Raises:
         TypeError: non-float inputs. ValueError: different matrix shapes, non-finite entries.
