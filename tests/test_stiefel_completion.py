@@ -660,3 +660,45 @@ def test_a_bad_lr_set_after_construction_is_refused_at_the_step(opt_cls, bad, er
     assert torch.equal(p.detach(), before) and all(torch.equal(opt.state[p][k], v) for k, v in state.items())
     opt.param_groups[0]["lr"] = 0.05  # a scheduler's plain float is fine
     opt.step()
+
+
+@pytest.mark.parametrize("opt_cls", ["muon", "manifold_muon"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.1])
+def test_a_bad_tensor_lr_is_refused_at_the_step_without_another_host_read(opt_cls, bad, gen):
+    # before: a tensor lr changed in place after construction (by a scheduler or by hand) was not read; NaN was
+    # reported as a non-finite update blaming the gradients, a negative one was used as is (an ascent step). Now its
+    # check rides on the step's one host synchronisation, the error names it, and nothing is changed
+    from svmuon import Muon
+    from svmuon.bench._common import host_syncs
+
+    p = torch.nn.Parameter(M.random(6, 3, generator=gen))
+    lr = torch.tensor(0.1)
+    opt = Muon([p], lr=lr) if opt_cls == "muon" else ManifoldMuon([p], lr=lr, manifold=M)
+    p.grad = torch.randn(6, 3, generator=gen)
+    with host_syncs() as calls:
+        opt.step()
+    assert len(calls) == 1  # the lr's flag joined the step's one read
+    before = p.detach().clone()
+    state = {k: v.clone() for k, v in opt.state[p].items() if torch.is_tensor(v)}
+    lr.fill_(bad)
+    with pytest.raises(ValueError, match=r"param_groups\[0\]\['lr'\] must be a finite number >= 0"):
+        opt.step()
+    assert torch.equal(p.detach(), before) and all(torch.equal(opt.state[p][k], v) for k, v in state.items())
+    lr.fill_(0.05)
+    opt.step()
+    assert not torch.equal(p.detach(), before)
+
+
+def test_route_auto_keeps_an_explicit_float32_work_dtype_on_an_accelerator():
+    # before: on an accelerator "auto" took the matrix-product route, where work_dtype=torch.float32 does nothing:
+    # an option given by name was silently ignored there. The resolution is a pure function of options and device,
+    # so it is tested here without one
+    from svmuon.orthogonal.stiefel.dispatch import resolve_route
+    from svmuon.orthogonal.stiefel.options import StiefelOptions
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert resolve_route(StiefelOptions(), cpu) == "eigh"
+    assert resolve_route(StiefelOptions(), cuda) == "newton_schulz"
+    assert resolve_route(StiefelOptions(work_dtype=torch.float32), cuda) == "eigh"
+    assert resolve_route(StiefelOptions(route="newton_schulz"), cpu) == "newton_schulz"
+    assert resolve_route(StiefelOptions(route="eigh"), cuda) == "eigh"

@@ -166,6 +166,8 @@ class MatrixOptimizer(torch.optim.Optimizer):
         for index, group in enumerate(self.param_groups):
             positions = [k for k, p in enumerate(group["params"]) if p.grad is not None]
             if positions:
+                if isinstance(group["lr"], torch.Tensor):
+                    plan.check_hyper(f"param_groups[{index}]['lr']", group["lr"])
                 self._plan_group(plan, group, Labels(index, group, positions))
         failures = plan.failures()
         skip = {i for i, g in enumerate(self.param_groups) if g.get("nan_policy", "raise") == "skip"}
@@ -183,7 +185,8 @@ class MatrixOptimizer(torch.optim.Optimizer):
     @staticmethod
     def _lr(group: dict[str, Any]) -> Any:
         """The group's learning rate as the step uses it; a plain number set after construction (by hand or by a
-        scheduler) is checked again (a host float: no synchronisation), a tensor is not read."""
+        scheduler) is checked again (a host float: no synchronisation); a tensor is not read here: ``step`` folds
+        its check into the step's one synchronisation (:meth:`~svmuon.optim.plan.StepPlan.check_hyper`)."""
         lr = group["lr"]
         if not isinstance(lr, torch.Tensor):
             check_hyper("param_groups[...]['lr'] (set after construction)", lr)

@@ -39,6 +39,7 @@ class StepPlan:
         self._writes: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._on_commit: list[Callable[[], None]] = []
         self._batches: list[dict[str, Any]] = []
+        self._hypers: list[tuple[str, torch.Tensor, torch.Tensor]] = []
 
     def write(self, target: torch.Tensor, value: torch.Tensor) -> None:
         """Copy ``value`` into ``target`` at commit."""
@@ -68,17 +69,27 @@ class StepPlan:
         self._batches.append(dict(labels=list(labels), fast=fast, checked=list(checked), on_manifold=on_manifold,
                                   defect=defect, tolerance=tolerance, defect_before=defect_before))
 
+    def check_hyper(self, name: str, value: torch.Tensor) -> None:
+        """Refuse the step unless the one-element tensor ``value`` (a tensor ``lr``, which a scheduler may have
+        changed since construction) is finite and >= 0; its flag is read with the others (no extra host
+        synchronisation). The error names ``name``."""
+        v = value.detach().reshape(())
+        self._hypers.append((name, v, torch.isfinite(v) & (v >= 0)))
+
     def failures(self) -> list[tuple[str, Any, float | None, float | None, float | None]]:
         """``[(kind, label, defect, tolerance, defect_before)]`` of every refused parameter (``kind``:
-        ``"nonfinite"`` or ``"off_manifold"``). Reads every flag at once: one host synchronisation per device
+        ``"nonfinite"``, ``"off_manifold"`` or ``"hyper"``, a bad tensor hyperparameter of :meth:`check_hyper`, listed
+        first: it is the cause of the others). Reads every flag at once: one host synchronisation per device
         (usually one)."""
         by_device: dict[torch.device, list[torch.Tensor]] = defaultdict(list)
+        for _, _, ok in self._hypers:
+            by_device[ok.device].append(ok.reshape(1))
         for b in self._batches:
             ok = b["fast"] if b["on_manifold"] is None else b["fast"] & b["on_manifold"]
             by_device[ok.device].append(ok)
         if all(bool(torch.cat(flags).all()) for flags in by_device.values()):  # the one synchronisation
             return []
-        out = []
+        out = [("hyper", name, float(v), None, None) for name, v, ok in self._hypers if not bool(ok)]
         for b in self._batches:  # an error path: more synchronisations are fine here
             finite = torch.stack([torch.isfinite(T).flatten(1).all(dim=1) for T in b["checked"]]).all(dim=0).tolist()
             manifold = b["on_manifold"].tolist() if b["on_manifold"] is not None else [True] * len(finite)
@@ -118,6 +129,9 @@ def raise_for(optimizer: str, failures: list[tuple[str, Any, float | None, float
     if not failures:
         return
     kind, label, defect, tol, before = failures[0]
+    if kind == "hyper":
+        raise ValueError(f"{optimizer}: {label} must be a finite number >= 0, got {defect!r} (a tensor lr is checked at "
+                         "every step, with the step's one synchronisation); no parameter or optimizer state was changed")
     others = f" ({len(failures) - 1} more parameters were refused too)" if len(failures) > 1 else ""
     if kind == "nonfinite":
         raise NonFiniteUpdateError(

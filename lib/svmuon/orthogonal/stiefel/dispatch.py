@@ -26,7 +26,7 @@ from svmuon.orthogonal.stiefel.reduction import (
     _tangent_part,
 )
 
-__all__ = ["solve"]
+__all__ = ["solve", "resolve_route"]
 
 Orthogonalize = Callable[[torch.Tensor], torch.Tensor]
 
@@ -78,15 +78,23 @@ def _newton(W: torch.Tensor, G: torch.Tensor, options: StiefelOptions, tol: floa
                   trace=trace, Y0=Y0, red=red, **opts)
 
 
+def resolve_route(options: StiefelOptions, device: torch.device) -> str:
+    """The completion's route on ``device``: ``options.route``, or for ``"auto"`` ``"eigh"`` on the CPU and wherever
+    ``work_dtype=torch.float32`` asks for the float32 eigh route by name (it exists on no other route), else
+    ``"newton_schulz"`` (no host synchronisation on an accelerator)."""
+    if options.route != "auto":
+        return options.route
+    return "eigh" if device.type == "cpu" or options.work_dtype == torch.float32 else "newton_schulz"
+
+
 def _completion(W: torch.Tensor, G: torch.Tensor, options: StiefelOptions, orthogonalize: Orthogonalize | None,
                 exact_residual: bool) -> StiefelSolution:
-    """``solver="completion"`` by its route (``"auto"``: ``"eigh"`` on the CPU, ``"newton_schulz"`` elsewhere)."""
+    """``solver="completion"`` by its route (:func:`resolve_route`)."""
     if options.work_dtype == torch.float32 and G.dtype == torch.float64:
         raise TypeError("work_dtype=torch.float32 needs float32 points and gradients, got float64: a float64 "
                         "gradient's small tangent part would be lost to float32 rounding (and the eps rule, set "
                         "for float64, would not see it); pass float32 tensors or keep the default work_dtype")
-    route = options.route if options.route != "auto" else ("eigh" if W.device.type == "cpu" else "newton_schulz")
-    if route == "eigh":
+    if resolve_route(options, W.device) == "eigh":
         return completion_direction(W, G, exact_residual=exact_residual, work_dtype=options.work_dtype)
     sol = completion_direction_matmul(W, G, orthogonalize or _exact_msign())
     sol.residual = _residual(W, sol.Phi) if exact_residual else sol.residual
