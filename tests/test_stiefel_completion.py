@@ -702,3 +702,16 @@ def test_route_auto_keeps_an_explicit_float32_work_dtype_on_an_accelerator():
     assert resolve_route(StiefelOptions(work_dtype=torch.float32), cuda) == "eigh"
     assert resolve_route(StiefelOptions(route="newton_schulz"), cpu) == "newton_schulz"
     assert resolve_route(StiefelOptions(route="eigh"), cuda) == "eigh"
+
+
+def test_a_bad_tensor_lr_raises_under_nan_policy_skip_too(gen):
+    # skip is for non-finite updates (a bad batch); a NaN learning rate is a configuration error and would skip
+    # every later step: it raises, naming lr, and the skipped-step counter does not move
+    p = torch.nn.Parameter(M.random(6, 3, generator=gen))
+    lr = torch.tensor(0.1)
+    opt = ManifoldMuon([p], lr=lr, manifold=M, nan_policy="skip")
+    p.grad = torch.randn(6, 3, generator=gen)
+    lr.fill_(float("nan"))
+    with pytest.raises(ValueError, match=r"\['lr'\] must be a finite number >= 0, got nan"):
+        opt.step()
+    assert opt.skipped_steps == 0 and not opt.state.get(p)

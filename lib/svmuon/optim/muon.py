@@ -78,8 +78,10 @@ class Muon(MatrixOptimizer):
     Raises:
         ValueError: a parameter that is not 2-D (use ``torch.optim.AdamW`` for biases, gains and other
             non-matrix parameters), bad hyperparameters; at ``step()``, a non-finite update
-            (:class:`~svmuon.optim.plan.NonFiniteUpdateError`) or a parameter whose shape or dtype changed
-            since its state was created (nothing is changed then); at ``load_state_dict()``, a state dict
+            (:class:`~svmuon.optim.plan.NonFiniteUpdateError`), an ``lr`` changed since construction to NaN,
+            Inf or below 0 (a tensor one too, checked within the step's one synchronisation, whatever the
+            ``nan_policy``) or a parameter whose shape or dtype changed since its state was created (nothing is
+            changed then); at ``load_state_dict()``, a state dict
             with bad options or state entries, or one of another optimizer (the optimizer is left as it was).
         TypeError: complex, integer or non-tensor parameters, a ``nesterov`` that is not a bool, a
             non-integer ``ns_steps``; sparse gradients at ``step()``.
