@@ -715,3 +715,22 @@ def test_a_bad_tensor_lr_raises_under_nan_policy_skip_too(gen):
     with pytest.raises(ValueError, match=r"\['lr'\] must be a finite number >= 0, got nan"):
         opt.step()
     assert opt.skipped_steps == 0 and not opt.state.get(p)
+
+
+def test_a_per_call_solver_override_drops_an_inherited_float32_work_dtype(gen):
+    # before: Stiefel(work_dtype=torch.float32).steepest_direction(W, G, solver="newton") raised ValueError (float32
+    # work applies to the completion only), so every per-call override had to reset work_dtype by hand
+    from svmuon.orthogonal.stiefel.options import StiefelOptions
+
+    base = StiefelOptions(work_dtype=torch.float32)
+    assert base.override(solver="newton").work_dtype == torch.float64
+    assert base.override(route="newton_schulz").work_dtype == torch.float64
+    assert base.override(route="eigh").work_dtype == torch.float32  # still applies: kept
+    with pytest.raises(ValueError, match="work_dtype=torch.float32 applies to solver='completion'"):
+        base.override(solver="newton", work_dtype=torch.float32)  # given by name: checked as at construction
+    W = M.random(12, 5, generator=gen)
+    G = torch.randn(12, 5, generator=gen)
+    Phi = Stiefel(work_dtype=torch.float32).steepest_direction(W, G, solver="newton")
+    ref = Stiefel().steepest_direction(W, G, solver="newton")
+    # the override leaves exactly Stiefel()'s options with solver="newton": the same computation, bit for bit
+    assert torch.equal(Phi, ref)

@@ -155,8 +155,7 @@ class Stiefel(Manifold):
         """
         from svmuon.orthogonal.msign import power_of_two_scale
 
-        opts = StiefelOptions(**{**{k: getattr(self.options, k) for k in StiefelOptions.__dataclass_fields__},
-                                 **options})
+        opts = self.options.override(**options)
         Wt, _ = as_matrix(W, "W")
         Gt, was_numpy = as_matrix(G, "G")
         self._require_shape(Wt, "W")

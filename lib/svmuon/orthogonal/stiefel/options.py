@@ -81,7 +81,8 @@ class StiefelOptions:
             TypeError when solved: their small tangent parts would be lost to float32 rounding). Only for
             ``solver="completion"`` with ``route="eigh"`` or ``"auto"`` (``"auto"`` then takes the eigh route on an
             accelerator too: the option is not ignored there; its eigh synchronises with the host). A per-call override of
-            ``solver`` (``steepest_direction(..., solver="newton")``) must reset ``work_dtype`` too.
+            ``solver`` or ``route`` (``steepest_direction(..., solver="newton")``) drops an inherited float32
+            ``work_dtype`` where it no longer applies (:meth:`~svmuon.orthogonal.stiefel.options.StiefelOptions.override`).
 
     Raises:
         ValueError: unknown ``solver``; ``tol``, ``smoothing``, ``alpha`` not finite and > 0; ``rank_rtol`` outside
@@ -100,6 +101,16 @@ class StiefelOptions:
     transpose_wide: bool = True
     route: str = "auto"
     work_dtype: torch.dtype = torch.float64
+
+    def override(self, **changes: Any) -> StiefelOptions:
+        """These options with ``changes`` (a per-call override), checked as at construction. An inherited
+        ``work_dtype=torch.float32`` is dropped (to float64) where the changed ``solver`` or ``route`` has no float32
+        route; given in ``changes`` it is kept and checked."""
+        merged = {**{k: getattr(self, k) for k in self.__dataclass_fields__}, **changes}
+        inapplicable = merged["solver"] != "completion" or merged["route"] == "newton_schulz"
+        if "work_dtype" not in changes and merged["work_dtype"] == torch.float32 and inapplicable:
+            merged["work_dtype"] = torch.float64
+        return StiefelOptions(**merged)
 
     def __post_init__(self) -> None:
         if not isinstance(self.solver, str) or self.solver not in SOLVERS:
