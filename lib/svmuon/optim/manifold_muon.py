@@ -96,8 +96,9 @@ class ManifoldMuon(MatrixOptimizer):
             ``project``), bad hyperparameters; at ``step()``, a non-finite update, a point that left the
             manifold, an ``lr`` changed since construction to NaN, Inf or below 0 (a tensor one too, checked
             within the step's one synchronisation, whatever the ``nan_policy``), or a parameter whose shape or
-            dtype changed since its state was created (nothing is changed then); at ``load_state_dict()``, bad options or state entries (e.g. a NaN ``drift``), or
-            a state dict of another optimizer (the optimizer is left as it was).
+            dtype changed since its state was created (nothing is changed then); at ``load_state_dict()``, bad
+            options or state entries (e.g. a NaN ``drift``), or a state dict of another optimizer (the optimizer
+            is left as it was).
         TypeError: a parameter that is not float32/float64, a ``manifold`` that is not a
             :class:`~svmuon.orthogonal.base.Manifold` instance, a ``nesterov`` that is not a bool, a
             non-integer ``polar_every``/``ns_steps``; sparse or complex gradients at ``step()``.

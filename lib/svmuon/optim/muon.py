@@ -81,8 +81,8 @@ class Muon(MatrixOptimizer):
             (:class:`~svmuon.optim.plan.NonFiniteUpdateError`), an ``lr`` changed since construction to NaN,
             Inf or below 0 (a tensor one too, checked within the step's one synchronisation, whatever the
             ``nan_policy``) or a parameter whose shape or dtype changed since its state was created (nothing is
-            changed then); at ``load_state_dict()``, a state dict
-            with bad options or state entries, or one of another optimizer (the optimizer is left as it was).
+            changed then); at ``load_state_dict()``, a state dict with bad options or state entries, or one of
+            another optimizer (the optimizer is left as it was).
         TypeError: complex, integer or non-tensor parameters, a ``nesterov`` that is not a bool, a
             non-integer ``ns_steps``; sparse gradients at ``step()``.
 
