@@ -260,3 +260,37 @@ def test_bench_stiefel_smoke(tmp_path):
             assert all(f["value"] is not None and f["met"] == (f["value"] <= f["target"]) for f in figures.values())
         assert targets["stiefel"]["step_ratio"]["value"] == \
             res["step_ratio"][name]["optimizers"]["stiefel"]["ratio"]["thread"]["ratio_of_medians"]
+
+
+def test_optimizers_option_keeps_the_baseline_and_the_order():
+    assert stiefel._chosen(timing.OPTIMIZERS, ["stiefel_float32", "stiefel"]) == ("muon", "stiefel", "stiefel_float32")
+    assert stiefel._chosen(timing.IN_TRAINING, []) == ("muon",)
+    with pytest.raises(SystemExit):  # argparse: an unknown name is refused, naming the choices
+        stiefel._parser().parse_args(["--optimizers", "adam"])
+
+
+def test_text_wide_workload_has_a_transformer_mlps_shapes():
+    from svmuon.bench._workloads import WORKLOADS
+    from svmuon.experiments.stiefel_tasks import StiefelMLP
+
+    config = WORKLOADS["text-wide"]
+    model = StiefelMLP(0, config["sizes"], config["embed"])
+    assert tuple(model.W1.shape) == (1024, 256) and tuple(model.W2.shape) == (256, 1024)
+    assert config["sizes"][0] // config["embed"] == WORKLOADS["text"]["sizes"][0] // WORKLOADS["text"]["embed"]
+
+
+@pytest.mark.slow  # ~15 s: one 1024x256 stream of 8 steps, three replays
+def test_bench_stiefel_smoke_text_wide_with_chosen_optimizers(tmp_path):
+    out = tmp_path / "w.json"
+    assert stiefel.main(["--smoke", "--workloads", "text-wide", "--sections", "ratio", "--optimizers",
+                         "stiefel_float32", "--output", str(out)]) == 0
+    res = json.loads(out.read_text())["results"]
+    assert res["workloads"]["text-wide"]["shapes"] == [[1024, 256], [256, 1024]]
+    ratio = res["step_ratio"]["text-wide"]
+    assert list(ratio["optimizers"]) == ["muon", "stiefel_float32"]
+    assert list(ratio["in_training"]["optimizers"]) == ["muon", "stiefel_float32"]
+    assert ratio["one_round"]["names"] == ["muon", "stiefel_float32"]
+    assert ratio["optimizers"]["stiefel_float32"]["host_syncs_per_step"]["max"] == 1
+    target = res["targets"]["text-wide"]["stiefel_float32"]
+    assert target["step_ratio"]["value"] == ratio["optimizers"]["stiefel_float32"]["ratio"]["thread"]["ratio_of_medians"]
+    assert target["gap"]["value"] is None and target["gap"]["met"] is None  # section gap not run: not measured
