@@ -48,8 +48,9 @@ Subclass :class:`Manifold` and implement
   (``orthogonalize`` is ``X -> msign(X)``, an :class:`~svmuon.orthogonal.msign.Orthogonalizer`). ``step`` is
   whatever ``retract_direction`` needs; ``tangent_norm`` is ``‖P_W(U)‖_F`` per matrix (``(k,)``); ``info``
   maps names to ``(k,)`` diagnostics, which the optimizer stores in ``state[p]["info"]``. A non-finite ``U``
-  must give a non-finite ``step`` or ``tangent_norm`` (the optimizer's finiteness check reports it, and checks ``U``
-  itself too); nothing may raise.
+  may give any ``step`` (the optimizer's finiteness check reads ``U`` itself); nothing may raise. ``start_defect``
+  (optional): ``max|WᵀW - I|`` per matrix where the direction formed ``WᵀW`` anyway (the float64 Stiefel
+  completion), which the optimizer then reads instead of calling ``start_defect(W)``.
 * ``retract_direction(W, step, eta, eta_max) -> W_new``: the retraction of ``-eta Φ``; ``eta`` is a tensor of
   shape ``(k, 1, 1)``, ``eta_max`` a host float bound on it (the learning rate), which may pick the method.
 * ``stabilize(W, correct) -> (W, defect)``: ``defect = max|WᵀW - I|`` per matrix (``(k,)``, before
@@ -94,13 +95,15 @@ class Direction(NamedTuple):
     ``retract_direction`` (the orthogonal group: ``O = msign([WᵀU]_skew)``, with ``Φ = W O``);
     ``tangent_norm``, ``‖P_W(U)‖_F`` per matrix, shape ``(k,)``, for the ``eps`` damping; ``state``, the new
     per-parameter solver state, name -> tensor with first dimension ``k`` (may be empty); ``info``,
-    diagnostics, name -> tensor of shape ``(k,)`` (may be empty).
+    diagnostics, name -> tensor of shape ``(k,)`` (may be empty); ``start_defect``, ``max|WᵀW - I|`` of the point
+    per matrix (``(k,)``) where the kernel formed ``WᵀW`` on the way, else ``None``.
     """
 
     step: torch.Tensor
     tangent_norm: torch.Tensor
     state: dict[str, torch.Tensor]
     info: dict[str, torch.Tensor]
+    start_defect: torch.Tensor | None = None
 
 
 def as_matrix(x: Any, name: str, *, square: bool = False) -> tuple[torch.Tensor, bool]:
@@ -160,7 +163,7 @@ def eps_damping(tangent_norm: torch.Tensor, norm: torch.Tensor | float, eps: flo
     ``tangent_norm >= eps · norm``, which includes ``eps = 0`` and ``tangent_norm = 0 = norm`` (then the step is 0
     anyway)."""
     floor = norm * eps
-    return torch.where(tangent_norm >= floor, torch.ones_like(tangent_norm), tangent_norm / floor)
+    return torch.where(tangent_norm >= floor, 1.0, tangent_norm / floor)
 
 
 def check_atol(atol: Any, dtype: torch.dtype) -> float:
@@ -173,6 +176,11 @@ def check_atol(atol: Any, dtype: torch.dtype) -> float:
     if math.isnan(value) or value < 0:
         raise ValueError(f"atol must be None or a real number >= 0, got {atol!r}")
     return value
+
+
+def _max_abs(R: torch.Tensor) -> torch.Tensor:
+    """``max|R|`` per matrix of a ``(k, n, n)`` batch, in one pass (no ``|R|`` temporary); NaN where ``R`` has one."""
+    return torch.linalg.vector_norm(R, float("inf"), dim=(-2, -1))
 
 
 def eye_like(T: torch.Tensor) -> torch.Tensor:
@@ -497,7 +505,7 @@ class Manifold:
         """``(W + W(I - WᵀW)/2 if correct else W, max|WᵀW - I|)`` for canonical ``(k, m, n)`` (protocol): one Gram
         matrix, one more product for the Björck step (bjorck1971iterative; an error ε becomes ≈ 3ε²/4)."""
         R = torch.baddbmm(eye_like(W).expand(W.shape[0], -1, -1), W.mT, W, alpha=-1.0)  # I - WᵀW
-        defect = R.abs().amax(dim=(-2, -1))
+        defect = _max_abs(R)
         if correct:
             W = torch.baddbmm(W, W, R, alpha=0.5)
         return W, defect

@@ -73,19 +73,21 @@ def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bo
 
     ``W`` must be a point to the rounding of its dtype, ``G`` finite and of ``W``'s dtype (float32 or float64).
     ``exact_residual`` (the public path) projects ``Φ`` onto the tangent space, measures ``‖WᵀΦ + ΦᵀW‖_F`` and
-    divides ``Φ`` by ``‖Φ‖₂`` where rounding left it above 1 (four more products); otherwise the residual reported
-    is 0, which the construction gives up to rounding, and the optimizer's retraction is exact for any ``Φ``. ``X``
-    is the multiplier of stage 1 (``-[WᵀG]_sym``), ``Y = 0``. ``work_dtype=torch.float32``: every stage in float32
+    divides ``Φ`` by ``‖Φ‖₂`` where rounding left it above 1 (four more products); ``X`` is then the multiplier of
+    stage 1 (``-[WᵀG]_sym``) and ``Y = 0``. Without it (the optimizer's path: its retraction is exact for any ``Φ``,
+    which the construction makes tangent up to rounding) ``X``, ``Y`` and ``residual`` are ``None``. ``work_dtype=torch.float32``: every stage in float32
     (``_low_precision``; float32 inputs only, which the dispatcher checks).
     """
     if work_dtype == torch.float32:
-        Phi, value, dual0, S, tangent_norm = _low_precision(W, G)
+        Phi, value, dual0, A, tangent_norm = _low_precision(W, G)
+        S = _sym(A) if exact_residual else None
     else:
         red = _reduce_consistent(W, G)
         Omega, dual0 = rotation_start(red.K, red.C)
         comp = _complete(red.K, red.C, Omega)
         Phi = W @ Omega.to(G.dtype) + (red.Gp @ comp.N).to(G.dtype)
         value, S, tangent_norm = comp.value, red.S, red.tangent_norm
+    defect = None if work_dtype == torch.float32 else red.defect
     dt = G.dtype
     # the relative gap of the certificate; 0 for U = 0 (both values 0), and large (up to inf), not hidden, where
     # rounding left the value at or below 0 with a positive dual value (a diagnostic: no check reads it)
@@ -98,11 +100,11 @@ def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bo
         top = torch.linalg.eigvalsh(_sym((Phi.mT @ Phi).to(WORK_DTYPE))).amax(dim=-1).clamp_min(1.0)
         Phi = Phi / torch.sqrt(top).to(dt)[..., None, None]
         residual = _residual(W, Phi)
-    else:
-        residual = torch.zeros(W.shape[:-2], dtype=_real(dt), device=W.device)
+    else:  # the optimizer's path: no residual, and no multipliers (it reads Φ, the tangent norm and the gap only)
+        return StiefelSolution(Phi, None, None, 0, True, 0, 0, 2, tangent_norm, None, gap, defect)
     # the multipliers, the tangent norm and the certificate in the work dtype: the public entry point converts them
     # factorizations: the two eigh of either route (the Cholesky factorisation is not counted)
-    return StiefelSolution(Phi, -S, residual, 0, True, 0, 0, 2, tangent_norm, torch.zeros_like(S), gap)
+    return StiefelSolution(Phi, -S, residual, 0, True, 0, 0, 2, tangent_norm, torch.zeros_like(S), gap, defect)
 
 
 #: the float32 completion's Gram shift per unit tr(C) and row: ``δ = m u tr(C)`` covers the rounding of the float32
@@ -113,7 +115,7 @@ _LOW_RTOL = 45 * 2.0 ** -23
 
 
 def _low_precision(W: torch.Tensor, G: torch.Tensor) -> tuple:
-    """``(Φ, value, f₀, [WᵀG]_sym, ‖P_W(G)‖_F)`` of the completion computed in float32 throughout: every product and
+    """``(Φ, value, f₀, WᵀG, ‖P_W(G)‖_F)`` of the completion computed in float32 throughout: every product and
     both eigendecompositions in float32. The Gram shift must cover the float32 Gram's rounding (``_LOW_SHIFT``,
     feasibility), which costs value wherever ``G⊥`` is small, and ``G⊥`` is not orthogonal to range(W) beyond
     float32 rounding, so the normal part is projected once more (two products) instead of the float64 reduction's
@@ -134,8 +136,7 @@ def _low_precision(W: torch.Tensor, G: torch.Tensor) -> tuple:
     # Φ = X - W WᵀX + WΩ: the normal part orthogonal to range(W) to float32 rounding, and the rotation, in one product
     Phi = torch.baddbmm(X, W32, Omega - torch.bmm(W32.mT, X)).to(G.dtype)
     tangent_norm = torch.sqrt((K * K).sum(dim=(-2, -1)) + trC)
-    S = _sym(A)
-    return (Phi.reshape(G.shape), comp.value.reshape(lead), dual0.reshape(lead), S.reshape(*lead, n, n),
+    return (Phi.reshape(G.shape), comp.value.reshape(lead), dual0.reshape(lead), A.reshape(*lead, n, n),
             tangent_norm.reshape(lead))
 
 

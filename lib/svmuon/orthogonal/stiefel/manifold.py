@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from svmuon.orthogonal.base import (Direction, Manifold, _orthogonalizer, as_matrix, check_eps, check_pair,
+from svmuon.orthogonal.base import (Direction, Manifold, _max_abs, _orthogonalizer, as_matrix, check_eps, check_pair,
                                    eps_damping, eye_like)
 from svmuon.orthogonal.stiefel.dispatch import solve
 from svmuon.orthogonal.stiefel.options import StiefelOptions
@@ -219,14 +219,10 @@ class Stiefel(Manifold):
         from ``state["Y"]`` (the reduced multiplier of the previous step's update per unit ``‖P_W(U)‖_F``, where
         ``state["warm"]`` is 1: it depends on the tangent part of ``U`` only, and is positively homogeneous in it;
         the normal part of ``U``, the current gradient's alone, does not scale it). A non-finite ``U`` is
-        solved as 0 and gives a NaN tangent norm (so a NaN step length), which the optimizer's finiteness check
-        reports; a factorisation that does not converge (LAPACK) gives a NaN direction. Nothing raises, but
+        solved as 0 (the optimizer's finiteness check reads ``U`` itself and refuses the step); a factorisation that does not converge (LAPACK) gives a NaN direction. Nothing raises, but
         float64 inputs with ``work_dtype=torch.float32`` (a TypeError, before anything is changed)."""
-        U = U.to(W.dtype)
-        # one reduction flags a non-finite U (its sum is NaN/Inf; the optimizer's U is scaled to entries <= 1, so a
-        # finite one cannot overflow): it is solved as 0 where not finite, and its tangent norm poisoned with NaN
-        poison = U.sum(dim=(-2, -1)) * 0.0  # 0, or NaN where U holds NaN or Inf
-        U = torch.nan_to_num(U, nan=0.0, posinf=0.0, neginf=0.0)
+        # a non-finite U is solved as 0 (an eigendecomposition of NaN may not return); the optimizer checks U itself
+        U = torch.nan_to_num(U.to(W.dtype), nan=0.0, posinf=0.0, neginf=0.0)
         warm = self._warm(state)
         try:
             sol = solve(W, U, self.options, Y0=None if warm is None else warm[0], warm=None if warm is None else warm[1],
@@ -237,7 +233,7 @@ class Stiefel(Manifold):
         Phi = sol.Phi.to(W.dtype)
         if self.options.solver != "completion":  # an iterate stopped early (amortized: always) is not tangent,
             Phi = _tangent_part(W, Phi)  # and the retraction's series assumes it is: project (2 products)
-        tangent_norm = sol.tangent_norm.to(W.dtype) + poison
+        tangent_norm = sol.tangent_norm.to(W.dtype)
         info = {"iterations": torch.full((W.shape[0],), float(sol.iterations), dtype=W.dtype, device=W.device)}
         if sol.gap is not None:
             info["gap"] = sol.gap.to(W.dtype)
@@ -248,7 +244,8 @@ class Stiefel(Manifold):
             unit = torch.where(sol.tangent_norm > 0, sol.tangent_norm, torch.ones_like(sol.tangent_norm))
             new_state = {"Y": (sol.Y / unit[:, None, None]).to(W.dtype),
                          "warm": torch.ones(W.shape[0], dtype=W.dtype, device=W.device)}
-        return Direction(Phi, tangent_norm, new_state, info)
+        start = None if sol.defect is None else sol.defect.to(W.dtype)  # the float64 completion formed WᵀW
+        return Direction(Phi, tangent_norm, new_state, info, start)
 
     def _warm(self, state: dict) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The warm start ``(Y per unit tangent norm, warm)``: none that is not finite or absurdly large (no
@@ -269,7 +266,7 @@ class Stiefel(Manifold):
         is computed from the Gram matrix of the actual ``W - ηΦ``, so it returns a point orthonormal to rounding
         whatever drift ``W`` had, and drift cannot accumulate (``polar_every`` has nothing to add here)."""
         R = torch.baddbmm(eye_like(W).expand(W.shape[0], -1, -1), W.mT, W, alpha=-1.0)  # I - WᵀW
-        return W, R.abs().amax(dim=(-2, -1))
+        return W, _max_abs(R)
 
     def start_defect(self, W: torch.Tensor) -> torch.Tensor:
         """``max|WᵀW - I|`` of the point before the step (one Gram matrix): the polar retraction returns a point

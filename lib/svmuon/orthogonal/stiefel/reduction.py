@@ -50,7 +50,9 @@ class StiefelSolution:
             float64 whatever the dtype of ``G`` from :func:`~svmuon.orthogonal.stiefel.api.stiefel_direction`
             (the unchecked kernels leave ``X``, ``Y``, ``tangent_norm`` and ``gap`` in their work dtype: float32
             for ``work_dtype=torch.float32``).
-        residual: ``(...)``, ``‖WᵀΦ + ΦᵀW‖_F`` of the returned ``Phi`` (the tangent residual).
+        residual: ``(...)``, ``‖WᵀΦ + ΦᵀW‖_F`` of the returned ``Phi`` (the tangent residual). ``X``, ``Y`` and
+            ``residual`` are ``None`` from the completion's unchecked kernel on the optimizer's path
+            (``exact_residual=False``), which reads neither.
         iterations: outer iterations run (the most over the batch; 0 for the closed-form ``"completion"``).
         converged: every residual <= ``tol`` (``"completion"``: always feasible, so ``True``).
         msign_calls: calls of ``orthogonalize`` (0 for the reduced solvers).
@@ -63,6 +65,8 @@ class StiefelSolution:
         gap: ``(...)``, an upper bound on the relative optimality gap ``(f - ⟨G, Φ⟩) / ⟨G, Φ⟩`` from a dual
             value ``f`` the solver has at hand (``"completion"``: ``f(Y = 0)``), else ``None``; a certificate,
             usually loose (the true gap is typically 5-10 times smaller).
+        defect: ``(...)``, ``max|WᵀW - I|`` of the point in float64 where the solver formed ``WᵀW`` (the float64
+            completion's reduction), else ``None``: the optimizer's check of the point before the step reads it.
     """
 
     Phi: Any
@@ -76,6 +80,7 @@ class StiefelSolution:
     tangent_norm: Any = None
     Y: Any = None
     gap: Any = None
+    defect: Any = None
 
 
 # -- small kernels --------------------------------------------------------------------------------------------
@@ -112,7 +117,8 @@ def _eye(T: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
 def _tangent_part(W: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
     """``P_W(Z) = Z - W [WᵀZ]_sym``, the projection onto the tangent space at ``W`` (two products)."""
     if W.ndim == 3 and Z.ndim == 3 and W.shape[0] == Z.shape[0]:  # the optimizer's batches: bmm itself, fused
-        return torch.baddbmm(Z, W, _sym(torch.bmm(W.mT, Z)), alpha=-1.0)
+        A = torch.bmm(W.mT, Z)
+        return torch.baddbmm(Z, W, A + A.mT, alpha=-0.5)  # the halving of [A]_sym in alpha: exact, one pass less
     return Z - W @ _sym(W.mT @ Z)
 
 
@@ -146,6 +152,7 @@ class _Reduced(NamedTuple):
     Gp: torch.Tensor  # G⊥ = G - WA, (..., m, n), dtype of G
     sigma2: torch.Tensor  # ‖P_W(G)‖_F² / n, (..., 1, 1): the scale σ̄² of the problem
     tangent_norm: torch.Tensor  # ‖P_W(G)‖_F = (‖K‖_F² + ‖G⊥‖_F²)^{1/2}, (...)
+    defect: torch.Tensor | None = None  # max|WᵀW - I| in float64, (...), where the reduction formed WᵀW
 
 
 def _reduce(W: torch.Tensor, G: torch.Tensor) -> _Reduced:
@@ -176,7 +183,7 @@ def _reduce_consistent(W: torch.Tensor, G: torch.Tensor) -> _Reduced:
     for _ in range(3):  # X <- A - E X: A - EA, then A - E(A - EA), then the third term
         X = _addmm(A, E, X, alpha=-1.0)
     Gp = _addmm(G64, W64, X, alpha=-1.0)
-    return _reduced(W, A, Gp, _sym(Gp.mT @ Gp))
+    return _reduced(W, A, Gp, _sym(Gp.mT @ Gp))._replace(defect=torch.linalg.vector_norm(E, float("inf"), dim=(-2, -1)))
 
 
 def _reduced(W: torch.Tensor, A: torch.Tensor, Gp: torch.Tensor, C: torch.Tensor) -> _Reduced:
@@ -227,10 +234,16 @@ RANK_RTOL = 1e-14  # eigenvalues below this fraction of the largest count as zer
 def _pinv_powers(lam: torch.Tensor, rtol: float = RANK_RTOL) -> tuple[torch.Tensor, torch.Tensor]:
     """``(λ^{1/2}, λ^{-1/2})`` of eigenvalues ``(..., n)`` in ``eigh``'s ascending order, with those <=
     ``max(rtol · λ_max, tiny)`` (all, if ``λ_max <= 0``) set to 0 in both: the square root and the pseudo-inverse
-    square root of a PSD matrix. A NaN eigenvalue stays NaN (the finiteness checks downstream see it)."""
-    cut = (rtol * lam[..., -1:]).clamp_min(torch.finfo(lam.dtype).tiny)  # > 0, so that rsqrt below stays finite
-    inv_root = torch.rsqrt(lam.clamp_min(cut)) * (lam > cut)
+    square root of a PSD matrix. NaN eigenvalues (from a NaN matrix, whose eigenvectors are NaN too) give 0 here
+    and NaN in everything built from the eigenvectors."""
+    inv_root = _pinv_rsqrt(lam, rtol)
     return lam * inv_root, inv_root  # λ · λ^{-1/2} = λ^{1/2}, and 0 where dropped
+
+
+def _pinv_rsqrt(lam: torch.Tensor, rtol: float = RANK_RTOL) -> torch.Tensor:
+    """The ``λ^{-1/2}`` of :func:`_pinv_powers` alone (three element-wise passes over ``(..., n)``)."""
+    cut = (rtol * lam[..., -1:]).clamp_min(torch.finfo(lam.dtype).tiny)  # > 0: rsqrt is only read where λ > cut
+    return torch.where(lam > cut, torch.rsqrt(lam), 0.0)
 
 
 def _gram_factor(C: torch.Tensor, shift: float | None = None, trace: torch.Tensor | None = None) -> torch.Tensor:
@@ -269,7 +282,7 @@ def _complete(K: torch.Tensor, C: torch.Tensor, Omega: torch.Tensor, *, shift: f
     R = _gram_factor(C, shift, trace)
     RD = _mm(R, D)
     tau, Q = torch.linalg.eigh(_mm(RD, R.mT))
-    _, inv_root = _pinv_powers(tau, rtol)
+    inv_root = _pinv_rsqrt(tau, rtol)
     B = _mm(Q.mT, RD)
     N = _sym(_mm(B.mT * (inv_root * inv_root * inv_root)[..., None, :], B))
     value = (K * Omega).sum(dim=(-2, -1)) + (C * N).sum(dim=(-2, -1))

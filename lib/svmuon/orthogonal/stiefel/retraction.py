@@ -34,13 +34,17 @@ def _series_degree(eta_max: float, unit: float) -> int | None:
         k += 1
 
 
-def _inverse_sqrt_series(E: torch.Tensor, degree: int) -> torch.Tensor:
-    """``Σ_{k <= degree} binom(-1/2, k) E^k`` by Horner's rule (``degree - 1`` products of E)."""
+def _inverse_sqrt_series(H: torch.Tensor, degree: int) -> torch.Tensor:
+    """``Σ_{k <= degree} binom(-1/2, k) E^k``, ``E = H - I``, by Horner's rule (``degree - 1`` products of E); a
+    polynomial in the symmetric ``E``, so symmetric to rounding (the retraction needs no more)."""
     coefs = [1.0]
     for k in range(degree):
         coefs.append(coefs[-1] * -(k + 0.5) / (k + 1))
-    eye = torch.eye(E.shape[-1], dtype=E.dtype, device=E.device)
-    Z = coefs[-1] * E + coefs[-2] * eye if degree >= 1 else eye.expand_as(E)
+    eye = torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
+    if degree == 0:
+        return eye.expand_as(H)
+    E = H - eye
+    Z = torch.add(eye, E, alpha=coefs[-1] / coefs[-2]).mul_(coefs[-2])  # c₁E + c₀I: the last two terms
     for c in reversed(coefs[:-2]):
         Z = torch.baddbmm(eye.expand_as(E), E, Z, beta=c) if E.ndim == 3 else c * eye + E @ Z
     return Z
@@ -62,6 +66,4 @@ def polar_retraction(W: torch.Tensor, Phi: torch.Tensor, eta: torch.Tensor, eta_
             return torch.full_like(Vs, float("nan"))
         Z = (V * torch.rsqrt(lam.clamp_min(torch.finfo(WORK_DTYPE).tiny))[..., None, :]) @ V.mT
         return Vs @ Z.to(W.dtype)
-    H = _mm(Vs.mT, Vs)
-    E = H - torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
-    return _mm(Vs, _sym(_inverse_sqrt_series(E, degree)))
+    return _mm(Vs, _inverse_sqrt_series(_mm(Vs.mT, Vs), degree))
