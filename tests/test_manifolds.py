@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -212,6 +214,32 @@ def test_drift_factor_of_the_bands():
     for bad in (5, (1.0,), ("a", 1.0), (True, 1.0)):
         with pytest.raises(TypeError, match="sigma_range"):
             drift_factor(bad)
+
+
+def test_one_step_defect_of_an_inexact_msign_is_the_predicted_one(gen):
+    """eq-orth-drift, as the chapter shows it: the optimizer's retraction kernel along a skew O whose singular values
+    σ are not 0 or 1 (the 5-step quintic) leaves ‖QᵀQ - I‖₂ = max σ²(1 - s)²|σ² - 1|, s = 1/√(1 + η²), from W = I.
+    Independent route: the singular values of O by svdvals, and the formula derived in SymPy in the chapter.
+    Tolerance: the float64 rounding of QᵀQ, a few n eps ≈ 1e-15, against a defect of ~5e-6. The public
+    retract_along would return the exact polar factor here (its fallback), so the kernel is called."""
+    from svmuon.orthogonal.coefficients import KELLER_JORDAN_BAND
+    from svmuon.orthogonal.manifolds import drift_factor
+    from svmuon.orthogonal.msign import Orthogonalizer
+
+    quintic = Orthogonalizer("newton_schulz", ns_coefficients="keller_jordan", ns_steps=5)
+    eye = torch.eye(6, dtype=torch.float64)
+    for eta in (0.05, 0.1, 0.3):
+        W = _random_orthogonal(6, gen)
+        O = M.skew_direction(W, torch.randn(6, 6, generator=gen, dtype=torch.float64), orthogonalize=quintic)
+        sv = torch.linalg.svdvals(O)
+        assert float((sv - 1).abs().min()) > 1e-3  # not a partial isometry: the case the formula is about
+        s = 1 / math.sqrt(1 + eta**2)
+        Q = M.retract_direction(eye[None], O[None], torch.full((1, 1, 1), eta, dtype=torch.float64), eta)[0]
+        measured = float(torch.linalg.matrix_norm(Q.T @ Q - eye, 2))
+        predicted = float((sv**2 * (s - 1) ** 2 * (sv**2 - 1)).abs().max())
+        assert abs(measured - predicted) <= 1e-12
+        assert measured <= drift_factor(KELLER_JORDAN_BAND) * (s - 1) ** 2
+        assert float(M.orthogonality_error(M.retract_along(eye, O, eta))) <= 1e-14  # the public method repairs it
 
 
 def test_steepest_direction_and_retract_along_numpy_and_batches(gen):
