@@ -494,6 +494,27 @@ def test_participation_ratio_at_extreme_scales(dtype, scales, gen):
         assert relative_error(g.double() * c, grad0) < (1e-5 if dtype == torch.float32 else 1e-12)
 
 
+@pytest.mark.parametrize("power, q, smooth", [(1, 2.0, False), (1, 1.0, False), (2, 0.5, False),
+                                           (2, 1.0, True), (2, 2.0, True)])
+def test_differentiability_at_a_rank_deficient_matrix(power, q, smooth, gen):
+    """What the entropy chapter states, with rtol=0.0: along a null direction u_n v_nᵀ a zero singular value becomes
+    |t|, so the value has a kink (one-sided slopes ±s, s > 0) for power 1 and any q, and for power 2 when qP <= 1;
+    else it is differentiable (both slopes -> 0, as O(t) for power 2, q >= 1). Slopes by one-sided differences at
+    t = 1e-6 in float64 (rounding ~1e-10 on the slope); thresholds 1e-2 and 1e-4 sit far from both cases."""
+    W = (torch.randn(5, 3, generator=gen, dtype=torch.float64) @ torch.randn(3, 4, generator=gen, dtype=torch.float64))
+    U, _, Vh = torch.linalg.svd(W)
+    D = torch.outer(U[:, 3], Vh[3])  # the null direction of the rank-3 W
+
+    def h(t):
+        return float(singular_value_entropy(W + t * D, q=q, power=power, rtol=0.0))
+
+    right, left = (h(1e-6) - h(0.0)) / 1e-6, (h(-1e-6) - h(0.0)) / -1e-6
+    if smooth:
+        assert abs(right) < 1e-4 and abs(left) < 1e-4
+    else:
+        assert right > 1e-2 and left < -1e-2
+
+
 def test_stable_rank_gradient_condition_1e7_and_rank_deficient(gen):
     # ∇ (‖W‖_F² / σ_1²) = 2W/σ_1² - 2 ‖W‖_F² u_1 v_1ᵀ / σ_1³, smooth wherever σ_1 is simple.
     for W in (with_spectrum(COND_1E7, 8, 6, gen, dtype=torch.float32), with_spectrum([2.0, 1.0, 0.0], 5, 3, gen)):
