@@ -432,7 +432,7 @@ def _plan_state(plan: StepPlan, target: dict[str, torch.Tensor], new: dict[str, 
         return
     for key, value in new.items():
         old = target.get(key)
-        if copy and isinstance(old, torch.Tensor) and old.shape == value.shape:
+        if isinstance(old, torch.Tensor) and old.shape == value.shape:
             plan.write(old, value)
         else:
             plan.on_commit(lambda t=target, k=key, v=value: t.__setitem__(k, v.clone()))

@@ -234,8 +234,8 @@ _GRADIENTS = """
         σ_i / σ_1 equals ``rtol`` (the value jumps), at a zero singular value with ``rtol=0.0`` for every q > 0
         with ``power=1`` and for q <= 1/2 with ``power=2`` (a zero σ_n moved to ``|t|`` gives the normaliser
         Σσ^P a kink for P <= 1 and ``p_n^q = |t|^(Pq)`` an infinite slope for Pq <= 1: autograd returns the
-        gradient along the matrices of the same rank), and for q = inf where σ_1 is repeated (autograd returns the gradient for one top
-        singular pair). q = 0 is piecewise constant: gradient 0. q = 2 with ``power=2`` (the participation
+        gradient along the matrices of the same rank), and for q = inf where σ_1 is repeated (autograd returns the
+        gradient for one top singular pair). q = 0 is piecewise constant: gradient 0. q = 2 with ``power=2`` (the participation
         ratio) is computed from traces without an SVD, -log(‖WᵀW‖_F² / ‖W‖_F⁴), and is smooth at every
         non-zero W, rank-deficient ones included (used whenever ``rtol`` is None or 0).
 """

@@ -75,19 +75,19 @@ def completion_direction(W: torch.Tensor, G: torch.Tensor, *, exact_residual: bo
     ``exact_residual`` (the public path) projects ``Φ`` onto the tangent space, measures ``‖WᵀΦ + ΦᵀW‖_F`` and
     divides ``Φ`` by ``‖Φ‖₂`` where rounding left it above 1 (four more products); ``X`` is then the multiplier of
     stage 1 (``-[WᵀG]_sym``) and ``Y = 0``. Without it (the optimizer's path: its retraction is exact for any ``Φ``,
-    which the construction makes tangent up to rounding) ``X``, ``Y`` and ``residual`` are ``None``. ``work_dtype=torch.float32``: every stage in float32
-    (``_low_precision``; float32 inputs only, which the dispatcher checks).
+    which the construction makes tangent up to rounding) ``X``, ``Y`` and ``residual`` are ``None``.
+    ``work_dtype=torch.float32``: every stage in float32 (``_low_precision``; float32 inputs only, which the
+    dispatcher checks).
     """
     if work_dtype == torch.float32:
         Phi, value, dual0, A, tangent_norm = _low_precision(W, G)
-        S = _sym(A) if exact_residual else None
+        S, defect = (_sym(A) if exact_residual else None), None
     else:
         red = _reduce_consistent(W, G)
         Omega, dual0 = rotation_start(red.K, red.C)
         comp = _complete(red.K, red.C, Omega)
         Phi = W @ Omega.to(G.dtype) + (red.Gp @ comp.N).to(G.dtype)
-        value, S, tangent_norm = comp.value, red.S, red.tangent_norm
-    defect = None if work_dtype == torch.float32 else red.defect
+        value, S, tangent_norm, defect = comp.value, red.S, red.tangent_norm, red.defect
     dt = G.dtype
     # the relative gap of the certificate; 0 for U = 0 (both values 0), and large (up to inf), not hidden, where
     # rounding left the value at or below 0 with a positive dual value (a diagnostic: no check reads it)

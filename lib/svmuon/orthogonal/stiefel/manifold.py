@@ -219,7 +219,8 @@ class Stiefel(Manifold):
         from ``state["Y"]`` (the reduced multiplier of the previous step's update per unit ``‖P_W(U)‖_F``, where
         ``state["warm"]`` is 1: it depends on the tangent part of ``U`` only, and is positively homogeneous in it;
         the normal part of ``U``, the current gradient's alone, does not scale it). A non-finite ``U`` is
-        solved as 0 (the optimizer's finiteness check reads ``U`` itself and refuses the step); a factorisation that does not converge (LAPACK) gives a NaN direction. Nothing raises, but
+        solved as 0 (the optimizer's finiteness check reads ``U`` itself and refuses the step); a factorisation
+        that does not converge (LAPACK) gives a NaN direction. Nothing raises, but
         float64 inputs with ``work_dtype=torch.float32`` (a TypeError, before anything is changed)."""
         # a non-finite U is solved as 0 (an eigendecomposition of NaN may not return); the optimizer checks U itself
         U = torch.nan_to_num(U.to(W.dtype), nan=0.0, posinf=0.0, neginf=0.0)

@@ -35,6 +35,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from svmuon.orthogonal.base import _max_abs
+
 __all__ = ["WORK_DTYPE", "StiefelSolution"]
 
 WORK_DTYPE = torch.float64  # the n × n solve; its cost is small next to the m × n products
@@ -183,7 +185,7 @@ def _reduce_consistent(W: torch.Tensor, G: torch.Tensor) -> _Reduced:
     for _ in range(3):  # X <- A - E X: A - EA, then A - E(A - EA), then the third term
         X = _addmm(A, E, X, alpha=-1.0)
     Gp = _addmm(G64, W64, X, alpha=-1.0)
-    return _reduced(W, A, Gp, _sym(Gp.mT @ Gp))._replace(defect=torch.linalg.vector_norm(E, float("inf"), dim=(-2, -1)))
+    return _reduced(W, A, Gp, _sym(Gp.mT @ Gp))._replace(defect=_max_abs(E))
 
 
 def _reduced(W: torch.Tensor, A: torch.Tensor, Gp: torch.Tensor, C: torch.Tensor) -> _Reduced:
