@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 
 import numpy as np
 import pytest
@@ -85,6 +86,9 @@ def test_environment_records_the_machine():
     env = runs.environment(torch_threads=3)
     assert env["torch_threads"] == 3 and env["torch"] == torch.__version__ and env["cpu_count"] >= 1
     assert {"date", "platform", "processor", "python", "numpy", "svmuon"} <= set(env)
+    if hasattr(os, "getloadavg"):  # the load beside a timing: three non-negative averages (1, 5, 15 min)
+        load = env["load_average"]
+        assert len(load) == 3 and all(x >= 0 for x in load)
 
 
 def test_text_corpus_is_the_standard_library_offline():

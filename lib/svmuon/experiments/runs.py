@@ -176,8 +176,10 @@ def tune_then_seeds(grid: Sequence[float], run: Callable[[float, int], Any], see
 
 def environment(**override: Any) -> dict[str, Any]:
     """What a result was computed on: date (UTC, ISO 8601), platform, machine, CPU name, CPU count, torch
-    threads, the versions of Python, torch, NumPy and svmuon, and the GPU (name, CUDA) where there is one;
-    ``override`` replaces or adds fields (e.g. ``torch_threads`` of the run rather than of the caller)."""
+    threads, the versions of Python, torch, NumPy and svmuon, the GPU (name, CUDA) where there is one, and the
+    system's load average over the last 1, 5 and 15 minutes where the OS reports it (``os.getloadavg``: other
+    processes' demand for the CPUs, so a timing from a loaded machine says so); ``override`` replaces or adds
+    fields (e.g. ``torch_threads`` of the run rather than of the caller)."""
     import svmuon
 
     info: dict[str, Any] = {
@@ -192,6 +194,8 @@ def environment(**override: Any) -> dict[str, Any]:
         "numpy": np.__version__,
         "svmuon": svmuon.__version__,
     }
+    if hasattr(os, "getloadavg"):  # not on Windows
+        info["load_average"] = [round(x, 2) for x in os.getloadavg()]
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
         info["cuda"] = torch.version.cuda
