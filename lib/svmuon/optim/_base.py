@@ -166,6 +166,7 @@ class MatrixOptimizer(torch.optim.Optimizer):
         for index, group in enumerate(self.param_groups):
             positions = [k for k, p in enumerate(group["params"]) if p.grad is not None]
             if positions:
+                self._recheck(group, index, positions)
                 if isinstance(group["lr"], torch.Tensor):
                     plan.check_hyper(f"param_groups[{index}]['lr']", group["lr"])
                 self._plan_group(plan, group, Labels(index, group, positions))
@@ -177,6 +178,28 @@ class MatrixOptimizer(torch.optim.Optimizer):
         raise_for(type(self).__name__, failures)
         plan.commit()
         return loss
+
+    def _recheck(self, group: dict[str, Any], index: int, positions: list[int]) -> None:
+        """Before a step, on host metadata only (no synchronisation): options set in ``param_groups`` after
+        construction (by hand, a scheduler, a sweep) pass the constructor's checks again whenever they changed
+        (``_check_options``; the lr has its own check), and every parameter's gradient has its shape and dtype
+        (``p.data = ...`` with an old gradient left behind). Raises ``ValueError`` / ``TypeError`` naming the
+        group or parameter; nothing has been changed then."""
+        key = tuple((k, _freeze(v)) for k, v in group.items() if k not in ("params", "lr"))
+        checked = self.__dict__.setdefault("_checked_options", {})  # not pickled: rebuilt on the first step
+        if checked.get(index) != key:
+            try:
+                self._check_options({**group, "lr": 0.0})  # not the lr: a tensor's value is not read here
+            except (ValueError, TypeError) as e:
+                raise type(e)(f"{type(self).__name__}: param_groups[{index}] (set after construction): {e}") from e
+            checked[index] = key
+        labels = Labels(index, group, positions)
+        for j, k in enumerate(positions):
+            p = group["params"][k]
+            if p.grad.shape != p.shape or p.grad.dtype != p.dtype:
+                raise ValueError(f"{type(self).__name__}: {labels[j]} ({p.dtype}) has a gradient of shape "
+                                 f"{tuple(p.grad.shape)} {p.grad.dtype}: was the parameter replaced after backward? "
+                                 "Compute its gradient again (or set p.grad = None)")
 
     def _plan_group(self, plan: StepPlan, group: dict[str, Any], labels: Labels) -> None:  # pragma: no cover
         """Add the updates of the parameters at ``labels.positions`` (those with a gradient) to ``plan``."""
@@ -287,4 +310,6 @@ def _freeze(x: Any) -> Any:
         x = x.tolist()
     if isinstance(x, (list, tuple)):
         return tuple(_freeze(v) for v in x)
+    if isinstance(x, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in x.items()))
     return x

@@ -72,7 +72,12 @@ class StepPlan:
     def check_hyper(self, name: str, value: torch.Tensor) -> None:
         """Refuse the step unless the one-element tensor ``value`` (a tensor ``lr``, which a scheduler may have
         changed since construction) is finite and >= 0; its flag is read with the others (no extra host
-        synchronisation). The error names ``name``."""
+        synchronisation). The error names ``name``; a tensor of more than one element or not of a floating dtype
+        is refused at once (metadata, no synchronisation) with a ``ValueError`` / ``TypeError``."""
+        if value.numel() != 1:
+            raise ValueError(f"{name} must be a one-element tensor, got shape {tuple(value.shape)}")
+        if not value.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype {value.dtype}")
         v = value.detach().reshape(())
         self._hypers.append((name, v, torch.isfinite(v) & (v >= 0)))
 

@@ -19,6 +19,7 @@ References: shannon1948mathematical, renyi1961measures, roy2007effective, su2025
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import numpy as np
@@ -44,8 +45,9 @@ _NEAR_ONE = 0.5
 
 
 def _check_dim(p: torch.Tensor, dim: Any) -> int:
-    if isinstance(dim, bool) or not isinstance(dim, int):
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):  # NumPy integers too, as the other options
         raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    dim = int(dim)
     if p.ndim == 0:
         raise ValueError("p must have at least one dimension (the outcomes of the distribution), got a scalar")
     if not -p.ndim <= dim < p.ndim:

@@ -64,7 +64,7 @@ def sample_simplex(
 
     Raises:
         TypeError: ``n``/``size`` not integers, ``dtype`` not float32/float64, ``generator`` not a Generator.
-        ValueError: n < 1 or size < 0, n·size above 2^63 - 1 (more entries than a tensor can index), or
+        ValueError: n < 1 or size < 0, n or n·size above 2^63 - 1 (more entries than a tensor can index), or
             ``device`` is not a torch device name (or not available here, e.g. "cuda" on a CPU-only build).
 
     References:
@@ -76,7 +76,7 @@ def sample_simplex(
         raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    if n * size > _MAX_NUMEL:
+    if n * size > _MAX_NUMEL or n > _MAX_NUMEL:  # each dimension is an int64 too (size = 0 included)
         raise ValueError(f"n·size must be at most 2^63 - 1 (the most entries a tensor can index), got n={_short(n)} "
                          f"and size={_short(size)}")
     if device is not None:
