@@ -1,13 +1,17 @@
 """Test matrices whose answer is known: ``U diag(s) Vᵀ`` with a chosen spectrum (DESIGN.md: one helper, shared).
 
 Every test that needs a matrix with given singular values builds it here, so that the expected singular values,
-polar factor, entropy or nearest point is known exactly (up to one rounding of the product).
+polar factor, entropy or nearest point is known exactly (up to one rounding of the product). Also the recorded
+GPT study and the mean with its standard error, which the experiment tests and the chapter-claim tests share.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Sequence
 
+import pytest
 import torch
 
 F64 = torch.float64
@@ -41,3 +45,22 @@ def with_spectrum(s: Sequence[float] | torch.Tensor, m: int, n: int, gen: torch.
     U, V = orthonormal(m, k, gen), orthonormal(n, k, gen)
     A = ((U * s) @ V.T).to(dtype)
     return (A, U, V) if factors else A
+
+
+def gpt_study() -> dict:
+    """The recorded ``--size cpu`` GPT study, one results document per arm (skipped where it is not recorded)."""
+    from svmuon._paths import results_dir
+    from svmuon.experiments import _gpt_train as gt
+
+    folder = results_dir("experiments")
+    paths = {arm: folder / f"gpt-cpu-{arm}.json" for arm in gt.ARMS}
+    if not all(p.exists() for p in paths.values()):
+        pytest.skip("the gpt study (--size cpu) is not recorded in experiments/results")
+    return {arm: json.loads(p.read_text()) for arm, p in paths.items()}
+
+
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """The mean of ``values`` and its standard error (sample standard deviation over sqrt(n))."""
+    n = len(values)
+    mean = sum(values) / n
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)

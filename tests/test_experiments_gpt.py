@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from svmuon import singular_value_entropy
+from helpers import gpt_study, mean_se
 from svmuon.experiments import _gpt_train as gt
 from svmuon.experiments import gpt
 from svmuon.experiments._gpt_model import GPT, KINDS, GPTConfig
@@ -239,23 +240,6 @@ def test_a_diverging_run_is_recorded_as_diverged(arm, monkeypatch):
 
 # ------------------------------------------------------------------------------------------ the recorded study
 
-def _study():
-    """The recorded ``--size cpu`` study, one results document per arm (skipped where it is not recorded)."""
-    from svmuon._paths import results_dir
-
-    folder = results_dir("experiments")
-    paths = {arm: folder / f"gpt-cpu-{arm}.json" for arm in gt.ARMS}
-    if not all(p.exists() for p in paths.values()):
-        pytest.skip("the gpt study (--size cpu) is not recorded in experiments/results")
-    return {arm: json.loads(p.read_text()) for arm, p in paths.items()}
-
-
-def _stats(values):
-    n = len(values)
-    mean = sum(values) / n
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
-
-
 def _tuned(doc, *, delta=0.0, scope="all"):
     """The test losses of the runs at the arm's chosen rate (every seed) at one δ and scope."""
     return [r["test_loss"] for r in doc["runs"] if r["lr"] == doc["lr"] and r["delta"] == delta
@@ -263,7 +247,7 @@ def _tuned(doc, *, delta=0.0, scope="all"):
 
 
 def _diff(a, b):
-    (ma, sa), (mb, sb) = _stats(a), _stats(b)
+    (ma, sa), (mb, sb) = mean_se(a), mean_se(b)
     return ma - mb, math.hypot(sa, sb)
 
 
@@ -272,7 +256,7 @@ def test_recorded_study_supports_the_chapter_claims():
     (the chapter computes them with pandas through svmuon.experiments.gpt and asserts the same). A re-recorded
     study that breaks one fails here and in the chapter: then rewrite the prose. "Beyond two standard errors"
     is the chapter's criterion for a resolved difference."""
-    docs = _study()
+    docs = gpt_study()
     for arm, doc in docs.items():  # equal tuning effort: a grid of four, three seeds at the chosen rate
         assert sorted({r["lr"] for r in doc["runs"] if r["seed"] == 0}) == sorted(doc["grid"]), arm
         assert doc["lr"] not in (min(doc["grid"]), max(doc["grid"])), f"{arm} chose an end of its grid"
@@ -314,7 +298,7 @@ def test_recorded_study_supports_the_chapter_claims():
     assert d > 2 * se, ("initial scale", d, se)
     # the best fixed point of either arm is unit-scale δ = 0, and it stays behind free Muon
     points = [(doc, r["scope"], r["delta"]) for doc in (fe, fu) for r in doc["runs"] if r["lr"] == doc["lr"]]
-    best = min(points, key=lambda p: _stats(_tuned(p[0], delta=p[2], scope=p[1]))[0])
+    best = min(points, key=lambda p: mean_se(_tuned(p[0], delta=p[2], scope=p[1]))[0])
     assert best[0] is fu and best[2] == 0.0, best[1:]
     d, se = _diff(_tuned(fu, delta=0.0), loss["muon"])
     assert d > 2 * se, (d, se)

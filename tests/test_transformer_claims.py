@@ -3,28 +3,9 @@ rate, recomputed from the recorded JSON with plain Python (the chapter asserts t
 
 from __future__ import annotations
 
-import json
 import math
 
-import pytest
-
-from svmuon.experiments import _gpt_train as gt
-
-
-def _study():
-    from svmuon._paths import results_dir
-
-    folder = results_dir("experiments")
-    paths = {arm: folder / f"gpt-cpu-{arm}.json" for arm in gt.ARMS}
-    if not all(p.exists() for p in paths.values()):
-        pytest.skip("the gpt study (--size cpu) is not recorded in experiments/results")
-    return {arm: json.loads(p.read_text()) for arm, p in paths.items()}
-
-
-def _mean_se(values):
-    n = len(values)
-    mean = sum(values) / n
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+from helpers import gpt_study, mean_se
 
 
 def _cells(doc):
@@ -37,7 +18,7 @@ def _cells(doc):
 
 
 def test_seed_zero_is_the_tuning_winner_and_one_of_three_seeds():
-    for arm, doc in _study().items():
+    for arm, doc in gpt_study().items():
         cells = _cells(doc)
         assert sorted(cells["all", 0.0]) == [0, 1, 2], arm
         tuning = {r["lr"]: r["val_loss"] for r in doc["runs"] if r["seed"] == 0 and r["scope"] == "all"
@@ -46,11 +27,11 @@ def test_seed_zero_is_the_tuning_winner_and_one_of_three_seeds():
 
 
 def test_verdicts_keep_their_sign_without_seed_zero():
-    docs = _study()
+    docs = gpt_study()
     loss = {arm: _cells(docs[arm])["all", 0.0] for arm in ("adamw", "muon", "stiefel", "stiefel-attention")}
     for a, b in [("muon", "adamw"), ("stiefel", "muon"), ("stiefel-attention", "muon")]:
         for seeds in ((0, 1, 2), (1, 2)):
-            (ma, sa), (mb, sb) = (_mean_se([loss[x][s] for s in seeds]) for x in (a, b))
+            (ma, sa), (mb, sb) = (mean_se([loss[x][s] for s in seeds]) for x in (a, b))
             d, se = ma - mb, math.hypot(sa, sb)
             assert abs(d) > 2 * se and (d < 0) == (a == "muon"), (a, b, seeds, d, se)
 
@@ -59,8 +40,8 @@ def test_no_winners_curse_is_resolved():
     """Seed 0 minus the mean of seeds 1 and 2, over the cells whose seed-0 run won a tuning: within two
     standard errors of zero."""
     won = []
-    for doc in _study().values():
+    for doc in gpt_study().values():
         t = _cells(doc)["all", 0.0]
         won.append(t[0] - (t[1] + t[2]) / 2)
-    m, se = _mean_se(won)
+    m, se = mean_se(won)
     assert abs(m) < 2 * se, (m, se)
