@@ -166,10 +166,11 @@ class MatrixOptimizer(torch.optim.Optimizer):
         for index, group in enumerate(self.param_groups):
             positions = [k for k, p in enumerate(group["params"]) if p.grad is not None]
             if positions:
-                self._recheck(group, index, positions)
+                labels = Labels(index, group, positions)
+                self._recheck(group, index, labels)
                 if isinstance(group["lr"], torch.Tensor):
                     plan.check_hyper(f"param_groups[{index}]['lr']", group["lr"])
-                self._plan_group(plan, group, Labels(index, group, positions))
+                self._plan_group(plan, group, labels)
         failures = plan.failures()
         skip = {i for i, g in enumerate(self.param_groups) if g.get("nan_policy", "raise") == "skip"}
         if failures and all(kind == "nonfinite" and label.group in skip for kind, label, *_ in failures):
@@ -179,7 +180,7 @@ class MatrixOptimizer(torch.optim.Optimizer):
         plan.commit()
         return loss
 
-    def _recheck(self, group: dict[str, Any], index: int, positions: list[int]) -> None:
+    def _recheck(self, group: dict[str, Any], index: int, labels: Labels) -> None:
         """Before a step, on host metadata only (no synchronisation): options set in ``param_groups`` after
         construction (by hand, a scheduler, a sweep) pass the constructor's checks again whenever they changed
         (``_check_options``; the lr has its own check), and every parameter's gradient has its shape and dtype
@@ -193,8 +194,7 @@ class MatrixOptimizer(torch.optim.Optimizer):
             except (ValueError, TypeError) as e:
                 raise type(e)(f"{type(self).__name__}: param_groups[{index}] (set after construction): {e}") from e
             checked[index] = key
-        labels = Labels(index, group, positions)
-        for j, k in enumerate(positions):
+        for j, k in enumerate(labels.positions):
             p = group["params"][k]
             if p.grad.shape != p.shape or p.grad.dtype != p.dtype:
                 raise ValueError(f"{type(self).__name__}: {labels[j]} ({p.dtype}) has a gradient of shape "
