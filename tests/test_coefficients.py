@@ -139,3 +139,32 @@ def test_keller_jordan_band_from_mpmath():
     # output_max (grid + 1e-5 margin) bounds the true maximum from above, by at most ~2e-5 relative
     sigma_max = output_max(resolve_coefficients("keller_jordan", 5))
     assert float(hi) <= sigma_max <= float(hi) * (1 + 2e-5)
+
+
+@pytest.mark.parametrize("name", ["polar_express", "keller_jordan", "cubic"])
+def test_a_long_run_of_one_triple_stops_at_its_cycle_with_the_same_grid(name):
+    # _output_max used to apply every step of ns_steps=10000 to its 40,001-point grid (~5 s); a run of one
+    # triple now stops once the grid repeats exactly. Against the plain loop, bitwise, on both sides of
+    # where that happens (period 1 after ~50-80 steps, Keller Jordan's period 8 after ~160) and at each phase
+    from svmuon.orthogonal import coefficients as coef
+
+    t = get_schedule(name)[-1]
+    x0 = np.geomspace(1e-12, 1.0, 40001)
+    plain = [x0]
+    for _ in range(200):
+        plain.append(coef._p(plain[-1], t))
+    for times in [0, 1, 2, 7, 49, 50, 51, 76, 77, 150, 161, 162, 163, 164, 165, 166, 167, 168, 169, 170, 199, 200]:
+        np.testing.assert_array_equal(coef._repeat(x0, t, times), plain[times], err_msg=f"{name}, {times} steps")
+    steps = resolve_coefficients(name, 10000)
+    assert len(steps) == 10000 and steps[-1] == t  # the schedule itself: its last triple repeated
+
+
+def test_output_max_of_a_long_schedule_equals_the_plain_loop():
+    from svmuon.orthogonal import coefficients as coef
+
+    for name, n in [("polar_express", 300), ("keller_jordan", 300), ("cubic", 300)]:
+        schedule = resolve_coefficients(name, n)
+        x = np.geomspace(1e-12, 1.0, 40001)
+        for t in schedule:
+            x = coef._p(x, t)
+        assert coef.output_max(schedule) == float(np.max(np.abs(x))) * (1 + 1e-5)

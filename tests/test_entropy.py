@@ -607,3 +607,10 @@ def test_an_order_beyond_the_float_range_is_infinity_and_a_negative_one_is_named
         renyi_entropy(p, -10**400)
     with pytest.raises(ValueError, match="q must be"):
         singular_value_entropy(torch.eye(2), q=-10**400)
+
+
+def test_a_meta_tensor_is_refused_by_name():
+    with pytest.raises(ValueError, match="p is a meta tensor .no values.; expected a tensor on a real device"):
+        shannon_entropy(torch.empty(4, device="meta"))
+    with pytest.raises(ValueError, match="W is a meta tensor .no values."):
+        singular_value_entropy(torch.empty(4, 3, device="meta"))

@@ -367,3 +367,53 @@ def test_power_of_two_scale_keeps_nan_and_inf_visible():
     X = T / scale
     assert bool(X[0, 0, 1].isnan()) and bool(X[1, 1, 0].isinf()) and bool(X[2, 0, 0].isinf())
     assert int(torch.isfinite(X).sum()) == 9
+
+
+KJ_ROWS = [(3.4445, -4.7750, 2.0315)] * 5
+TRIPLE_FORMS = {"list": [list(t) for t in KJ_ROWS], "tuple": tuple(KJ_ROWS), "ndarray": np.array(KJ_ROWS),
+                "tensor": torch.tensor(KJ_ROWS, dtype=F64), "bare ndarray": np.array(KJ_ROWS[0]),
+                "bare tensor": torch.tensor(KJ_ROWS[0], dtype=F64)}
+BAD_TRIPLES = {"k x 2 ndarray": np.ones((4, 2)), "k x 2 tensor": torch.ones(4, 2),
+               "nan ndarray": np.array([[1.5, np.nan, 0.0]]), "inf tensor": torch.tensor([[1.5, -0.5, float("inf")]]),
+               "bool tensor": torch.ones(2, 3, dtype=torch.bool),
+               "complex tensor": torch.ones(2, 3, dtype=torch.complex64), "empty ndarray": np.zeros((0, 3))}
+
+
+@pytest.mark.parametrize("form", TRIPLE_FORMS)
+def test_explicit_triples_in_any_container_equal_the_named_schedule(form, gen):
+    G = torch.randn(6, 4, generator=gen, dtype=F64)
+    expect = msign(G, method="newton_schulz", ns_coefficients="keller_jordan", ns_steps=5)
+    got = msign(G, method="newton_schulz", ns_coefficients=TRIPLE_FORMS[form], ns_steps=5)
+    torch.testing.assert_close(got, expect, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("form", BAD_TRIPLES)
+def test_explicit_triples_of_a_bad_shape_or_value_are_refused(form):
+    with pytest.raises((ValueError, TypeError), match="ns_coefficients"):
+        msign(torch.ones(3, 2), method="newton_schulz", ns_coefficients=BAD_TRIPLES[form])
+
+
+UNSUPPORTED_DTYPES = [torch.float8_e4m3fn, torch.float8_e5m2, torch.int32, torch.complex64, "float32", float]
+
+
+@pytest.mark.parametrize("dtype", UNSUPPORTED_DTYPES, ids=str)
+def test_a_compute_dtype_outside_the_four_float_dtypes_is_refused(dtype):
+    # float8 used to run: singular values of 0.95-1.03, or 2e3 and 1e-19 with Polar Express
+    with pytest.raises(TypeError, match="compute_dtype must be one of torch.float16, torch.bfloat16"):
+        msign(torch.ones(3, 2), method="newton_schulz", compute_dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_each_supported_compute_dtype_runs(dtype, gen):
+    G, polar = with_polar([3.0, 2.0, 1.0, 0.5], 6, 4, gen)
+    out = msign(G.float(), method="newton_schulz", compute_dtype=dtype)
+    assert float((out.double() - polar).abs().max()) < 0.05  # Polar Express in bf16 is accurate to ~1e-2
+
+
+def test_a_meta_tensor_is_refused_by_name():
+    meta = torch.empty(4, 3, device="meta")
+    for method in ("svd", "newton_schulz"):
+        with pytest.raises(ValueError, match="G is a meta tensor .no values.; expected a tensor on a real device"):
+            msign(meta, method=method)
+    with pytest.raises(ValueError, match="ns_coefficients is a meta tensor"):
+        msign(torch.ones(3, 2), method="newton_schulz", ns_coefficients=torch.empty(2, 3, device="meta"))

@@ -390,3 +390,64 @@ def test_functional_orthogonalize_returning_its_input_does_not_corrupt_the_buffe
                     orthogonalize=lambda X: X, eps=0.0, adjust_lr_fn=None)
     torch.testing.assert_close(bufs[0], 0.5 * g, rtol=0, atol=0)
     torch.testing.assert_close(params[0], W - 0.1 * 0.5 * g, rtol=1e-6, atol=1e-7)  # fp32 rounding of one update
+
+
+def _one_step(ns_coefficients, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    p = torch.nn.Parameter(torch.randn(6, 4, generator=g))
+    opt = Muon([p], lr=0.1, ns_coefficients=ns_coefficients)
+    p.grad = torch.randn(6, 4, generator=g)
+    opt.step()
+    return p.detach(), opt
+
+
+@pytest.mark.parametrize("form", ["list", "tuple", "ndarray", "tensor", "bare ndarray", "bare tensor"])
+def test_explicit_triples_in_any_container_take_msigns_route(form, tmp_path):
+    import numpy as np
+
+    rows = [KJ] * 5
+    forms = {"list": [list(t) for t in rows], "tuple": tuple(rows), "ndarray": np.array(rows),
+             "tensor": torch.tensor(rows, dtype=torch.float64), "bare ndarray": np.array(KJ),
+             "bare tensor": torch.tensor(KJ, dtype=torch.float64)}  # float64: a float32 one rounds the triple
+    W, opt = _one_step(forms[form])
+    assert torch.equal(W, _one_step(KJ)[0])  # the default, torch.optim.Muon's bare triple
+    stored = opt.param_groups[0]["ns_coefficients"]
+    assert isinstance(stored, (list, tuple)) and np.array_equal(stored, forms[form])  # no tensor read per step
+    torch.save(opt.state_dict(), tmp_path / "sd.pt")
+    torch.load(tmp_path / "sd.pt", weights_only=True)  # NumPy or tensors in the options would refuse or differ
+
+
+@pytest.mark.parametrize("bad", ["k x 2 ndarray", "k x 2 tensor", "nan ndarray", "inf tensor", "bool tensor",
+                                 "complex tensor", "meta tensor"])
+def test_explicit_triples_of_a_bad_shape_or_value_are_refused_as_by_msign(bad):
+    import numpy as np
+
+    forms = {"k x 2 ndarray": np.ones((4, 2)), "k x 2 tensor": torch.ones(4, 2),
+             "nan ndarray": np.array([[1.5, np.nan, 0.0]]), "inf tensor": torch.tensor([[1.5, -0.5, float("inf")]]),
+             "bool tensor": torch.ones(2, 3, dtype=torch.bool),
+             "complex tensor": torch.ones(2, 3, dtype=torch.complex64), "meta tensor": torch.empty(2, 3, device="meta")}
+    p = torch.nn.Parameter(torch.randn(6, 4))
+    with pytest.raises((ValueError, TypeError), match="ns_coefficients"):
+        Muon([p], ns_coefficients=forms[bad])
+    opt = Muon([p])
+    with pytest.raises((ValueError, TypeError), match="ns_coefficients"):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.randn(3, 3))], "ns_coefficients": forms[bad]})
+    assert len(opt.param_groups) == 1  # the refused group was not added
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.int32, torch.complex64, "bfloat16"], ids=str)
+def test_a_compute_dtype_outside_msigns_four_is_refused(dtype):
+    from svmuon import ManifoldMuon, Orthogonal
+
+    with pytest.raises(TypeError, match="compute_dtype must be one of torch.float16"):
+        Muon([torch.nn.Parameter(torch.randn(6, 4))], compute_dtype=dtype)
+    with pytest.raises(TypeError, match="compute_dtype must be one of torch.float16"):
+        ManifoldMuon([torch.nn.Parameter(torch.eye(3))], manifold=Orthogonal(), compute_dtype=dtype)
+
+
+def test_a_meta_parameter_is_refused_by_name():
+    from svmuon import ManifoldMuon
+
+    for opt, shape in ((Muon, (4, 3)), (ManifoldMuon, (3, 3))):
+        with pytest.raises(ValueError, match=r"params'\]\[0\], shape \(\d, 3\) is a meta tensor \(no values\)"):
+            opt([torch.nn.Parameter(torch.empty(*shape, device="meta"))])

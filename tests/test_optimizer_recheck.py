@@ -111,3 +111,31 @@ def test_numpy_integer_dim_and_an_oversized_simplex():  # two boundary checks fo
     assert torch.equal(renyi_entropy(p, 2.0, dim=np.int64(0)), renyi_entropy(p, 2.0, dim=0))
     with pytest.raises(ValueError, match="2\\^63"):
         sample_simplex(10**30, 0)
+
+
+def _on_stiefel(m=8, n=3, seed=2):
+    return torch.nn.Parameter(Stiefel().random(m, n, generator=torch.Generator().manual_seed(seed),
+                                               dtype=torch.float32))
+
+
+def test_an_atol_below_the_rounding_floor_is_refused_wherever_it_is_set():
+    # floor 16 √m eps, here computed from float32's eps by hand: m = 8 -> 16 · 2.828 · 1.19e-7 = 5.4e-6
+    floor = 16 * 8**0.5 * 2.0**-23
+    a, b = _on_stiefel(seed=2), _on_stiefel(seed=3)
+    with pytest.raises(ValueError, match=r"param_groups\[1\]: atol = 1e-06 is below"):
+        ManifoldMuon([{"params": [a]}, {"params": [b], "atol": 1e-6}], lr=0.05, manifold=Stiefel())
+    opt = ManifoldMuon([{"params": [a]}, {"params": [b], "atol": 2 * floor}], lr=0.05, manifold=Stiefel())
+    sd = opt.state_dict()
+    for atol, ok in ((0.5 * floor, False), (1e-20, False), (1.01 * floor, True)):
+        sd["param_groups"][1]["atol"] = atol
+        if ok:
+            opt.load_state_dict(sd)
+            assert opt.param_groups[1]["atol"] == atol
+            continue
+        with pytest.raises(ValueError, match=rf"load_state_dict: param_groups\[1\]: atol = {atol!r} is below"):
+            opt.load_state_dict(sd)
+        assert opt.param_groups[1]["atol"] == 2 * floor  # the refused load changed nothing
+    # set by hand after construction: the step's re-check refuses it before anything is written
+    a.grad, b.grad = torch.randn_like(a), torch.randn_like(b)
+    opt.param_groups[1]["atol"] = 0.5 * floor
+    _refused(b, opt, ValueError, r"param_groups\[1\] \(set after construction\): atol = .* is below")

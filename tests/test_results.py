@@ -144,3 +144,22 @@ def test_outside_any_repository_a_reader_sees_the_packages_repository(tmp_path, 
     assert doc == json.loads((package_repo / "experiments" / "results" / "orthogonal-drift.json").read_text())
     with pytest.raises(FileNotFoundError, match="_toc.yml"):
         repo_root()  # a writer's root: none here (runs write under the working directory instead)
+
+
+def test_non_finite_floats_are_written_as_null_in_strict_json(tmp_path):
+    import numpy as np
+
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+
+    path = tmp_path / "r.json"
+    payload = {"nan": float("nan"), "inf": [float("inf"), -float("inf"), 1.5], "np": np.float64("nan"),
+               "np32": np.float32("inf"), "text": "NaN and Infinity stay text", float("inf"): 1}
+    for indent in (1, None):
+        results.write(path, payload, indent=indent, default=float)
+        doc = json.loads(path.read_text(), parse_constant=refuse)  # the standard library's strict reading
+        assert doc == {"nan": None, "inf": [None, None, 1.5], "np": None, "np32": None,
+                       "text": "NaN and Infinity stay text", "Infinity": 1}
+        assert results.load(path) == doc
+    results.write(path, {"text": "NaN"})  # only a string matched: the same text as json.dumps
+    assert path.read_text() == json.dumps({"text": "NaN"}, indent=1) + "\n"

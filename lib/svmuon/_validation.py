@@ -42,8 +42,24 @@ def check_float(x: torch.Tensor, name: str, dtypes: tuple[torch.dtype, ...] = FL
         raise TypeError(f"{name} must have a floating dtype ({allowed}), got {x.dtype}")
 
 
+def check_dtype(dtype: Any, name: str, dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES) -> None:
+    """Raise ``TypeError`` unless ``dtype`` is one of the torch dtypes ``dtypes`` (e.g. a ``compute_dtype`` option:
+    float8, integer and complex dtypes are floating or torch dtypes too, but no kernel here supports them)."""
+    if not (isinstance(dtype, torch.dtype) and dtype in dtypes):
+        allowed = ", ".join(str(d) for d in dtypes)
+        raise TypeError(f"{name} must be one of {allowed}, got {dtype!r}")
+
+
+def check_device(x: torch.Tensor, name: str) -> None:
+    """Raise ``ValueError`` if ``x`` is a meta tensor, which has a shape but no values to compute with."""
+    if x.device.type == "meta":
+        raise ValueError(f"{name} is a meta tensor (no values); expected a tensor on a real device (e.g. cpu, cuda), "
+                         "such as one materialised with to_empty() and initialised")
+
+
 def check_finite(x: torch.Tensor, name: str) -> None:
-    """Raise ``ValueError`` if ``x`` holds a NaN or an infinity."""
+    """Raise ``ValueError`` if ``x`` holds a NaN or an infinity, or is a meta tensor (:func:`check_device`)."""
+    check_device(x, name)
     if not bool(torch.isfinite(x).all()):
         n_nan = int(torch.isnan(x).sum())
         n_inf = int(torch.isinf(x).sum())

@@ -244,13 +244,16 @@ def _umask() -> int:
 
 
 def write(file: str | os.PathLike, payload: Any, *, indent: int | None = 1, default: Any = None) -> Path:
-    """Write ``payload`` as JSON to ``file`` atomically, holding :func:`lock`; return the path.
+    """Write ``payload`` as strict JSON (RFC 8259) to ``file`` atomically, holding :func:`lock`; return the path.
 
-    The JSON text is built first (a payload that cannot be serialised never touches the disk), written to a
-    temporary file in the same folder, flushed with ``fsync``, and renamed over ``file`` (``os.replace``,
-    atomic on POSIX); the folder is then synced so that the rename survives a crash. On any failure the
-    temporary file is removed and the previous ``file``, if any, is unchanged. Missing parent folders are
-    created. The new file gets the old file's permissions (or the umask's).
+    A NaN or infinite float (also one returned by ``default``) becomes ``null``, read back as ``None``: JSON has
+    no such numbers, and strict parsers (JavaScript, jq) refuse the bare ``NaN`` that ``json.dumps`` writes.
+    Files recorded before hold bare ``NaN`` only where no chapter reads it (``defect_end`` of unconstrained rows);
+    :func:`load` reads both. The JSON text is built first (a payload that cannot be serialised never touches
+    the disk), written to a temporary file in the same folder, flushed with ``fsync``, and renamed over
+    ``file`` (``os.replace``, atomic on POSIX); the folder is then synced so that the rename survives a
+    crash. On any failure the temporary file is removed and the previous ``file``, if any, is unchanged.
+    Missing parent folders are created. The new file gets the old file's permissions (or the umask's).
 
     Args:
         file: the results file. payload: JSON-serialisable data. indent: as in ``json.dumps``.
@@ -258,10 +261,14 @@ def write(file: str | os.PathLike, payload: Any, *, indent: int | None = 1, defa
 
     Raises:
         TypeError: ``payload`` is not serialisable (nothing is written).
+        ValueError: ``payload`` holds a circular reference (nothing is written).
         OSError: the folder cannot be created or written, the disk is full (the old file is unchanged).
     """
     file = Path(file)
-    text = json.dumps(payload, indent=indent, default=default) + "\n"
+    text = json.dumps(payload, indent=indent, default=default)
+    if "NaN" in text or "Infinity" in text:  # maybe only inside a string: then the same text again
+        text = json.dumps(json.loads(text, parse_constant=lambda _: None), indent=indent, allow_nan=False)
+    text += "\n"
     file.parent.mkdir(parents=True, exist_ok=True)
     with lock(file):
         fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".tmp")

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch.optim.optimizer import _to_scalar
 
+from svmuon._validation import check_device
 from svmuon.optim.plan import StepPlan, raise_for
 
 NAN_POLICIES = ("raise", "skip")
@@ -52,7 +53,7 @@ def check_bool(name: str, value: Any) -> None:
 
 
 def check_param(p: Any, label: str, optimizer: str) -> None:
-    """A parameter must be a non-empty real floating tensor (before any shape rule of the optimizer)."""
+    """A parameter must be a non-empty real floating tensor, not a meta one (before any shape rule of the optimizer)."""
     if not isinstance(p, torch.Tensor):
         raise TypeError(f"{optimizer}: {label} must be a torch.Tensor, got {type(p).__name__}")
     if p.is_complex() or not p.is_floating_point():
@@ -60,6 +61,7 @@ def check_param(p: Any, label: str, optimizer: str) -> None:
         raise TypeError(f"{optimizer}: {label} must have a real floating dtype, got {p.dtype}{why}")
     if p.numel() == 0:
         raise ValueError(f"{optimizer}: {label} is empty (shape {tuple(p.shape)})")
+    check_device(p, f"{optimizer}: {label}")  # a step would fail inside torch on its first read
 
 
 class Label(str):
@@ -105,15 +107,13 @@ class MatrixOptimizer(torch.optim.Optimizer):
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Add a group (torch.optim semantics, named parameters included), then check its options and
         parameters; a group that fails the check is not added. NumPy scalar options are stored as Python
-        numbers (so that the state dict loads with ``torch.load(weights_only=True)``)."""
+        numbers (so that the state dict loads with ``torch.load(weights_only=True)``), and ``ns_coefficients``
+        given as an array or tensor of ``(a, b, c)`` triples as nested lists (the rule of
+        :func:`~svmuon.orthogonal.coefficients.resolve_coefficients`, msign's)."""
         super().add_param_group(param_group)
         group = self.param_groups[-1]
-        for key, value in group.items():  # NumPy values as Python ones: torch.load(weights_only=True) refuses them
-            if isinstance(value, np.generic):
-                group[key] = value.item()
-            elif isinstance(value, np.ndarray):  # e.g. ns_coefficients as an array of (a, b, c) triples
-                group[key] = value.tolist()
         try:
+            _plain_options(group)
             self._check_group(group, len(self.param_groups) - 1)
         except Exception:
             self.param_groups.pop()
@@ -270,10 +270,8 @@ class MatrixOptimizer(torch.optim.Optimizer):
                                      f"{name}: is this the state dict of another optimizer?")
                 for key in self._optional_options:
                     group.setdefault(key, self.defaults[key])
-                for key, value in group.items():
-                    if isinstance(value, np.generic):
-                        group[key] = value.item()
                 try:
+                    _plain_options(group)
                     self._check_options(group)
                 except (TypeError, ValueError) as err:
                     raise type(err)(f"{name}.load_state_dict: param_groups[{index}]: {err}") from None
@@ -302,6 +300,21 @@ class MatrixOptimizer(torch.optim.Optimizer):
         if not isinstance(buf, torch.Tensor) or tuple(buf.shape) != tuple(p.shape):
             got = f"shape {tuple(buf.shape)}" if isinstance(buf, torch.Tensor) else type(buf).__name__
             raise ValueError(f"{label}: {key} must be a tensor of the parameter's shape {tuple(p.shape)}, got {got}")
+
+
+def _plain_options(group: dict[str, Any]) -> None:
+    """NumPy option values as Python ones (``torch.load(weights_only=True)`` refuses NumPy), and
+    ``ns_coefficients`` in the resolver's plain form (:func:`~svmuon.orthogonal.coefficients.plain_coefficients`:
+    an array or tensor of triples as lists, so that a step's re-check reads no tensor)."""
+    from svmuon.orthogonal.coefficients import plain_coefficients
+
+    for key, value in group.items():
+        if key == "ns_coefficients":
+            group[key] = plain_coefficients(value)
+        elif isinstance(value, np.generic):
+            group[key] = value.item()
+        elif isinstance(value, np.ndarray):
+            group[key] = value.tolist()
 
 
 def _freeze(x: Any) -> Any:

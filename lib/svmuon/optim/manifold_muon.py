@@ -76,16 +76,20 @@ class ManifoldMuon(MatrixOptimizer):
         momentum: ``mu`` in [0, 1). nesterov: Nesterov momentum (as ``torch.optim.Muon``).
         msign_method: ``"newton_schulz"`` (default) or ``"svd"`` (exact, float64-ready).
         ns_steps: Newton–Schulz steps (``None``: the schedule's default, 10 for Polar Express).
-        ns_coefficients: ``"polar_express"`` (default), ``"cubic"``, ``"keller_jordan"`` or triples.
-        compute_dtype: dtype of the Newton–Schulz matmuls; ``None``: float32/float64 on CPU, bfloat16 on
-            CUDA (the fast path: msign in bf16, ``W`` and the retraction in the parameter's dtype).
+        ns_coefficients: ``"polar_express"`` (default), ``"cubic"``, ``"keller_jordan"`` or triples (as for
+            :class:`~svmuon.optim.muon.Muon`).
+        compute_dtype: float16, bfloat16, float32 or float64 for the Newton–Schulz matmuls; ``None``:
+            float32/float64 on CPU, bfloat16 on CUDA (the fast path: msign in bf16, ``W`` and the retraction
+            in the parameter's dtype).
         polar_every: a Björck correction every this many steps (0: never). Default 1 (module docstring).
         nan_policy: ``"raise"`` (default): a non-finite update raises
             :class:`~svmuon.optim.plan.NonFiniteUpdateError`; ``"skip"``: the whole step is skipped
             (counted in ``skipped_steps``). In both cases no parameter or state changes.
         atol: tolerance of the point checks: ``‖WᵀW - I‖_max <= atol`` at construction, and at every step
             ``<= 2 (atol + drift) + slack`` (module docstring). Default ``√eps`` of the parameter's dtype
-            (3.5e-4 in float32, 1.5e-8 in float64).
+            (3.5e-4 in float32, 1.5e-8 in float64). At least ``16 √m eps`` of each parameter's dtype
+            (below, rounding alone would fail the check), wherever it is set: constructor, ``load_state_dict``
+            or ``param_groups`` before a step.
         eps: the tangent part ``P_W(U)`` of an update ``U`` with ``‖P_W(U)‖_F < eps ‖U‖_F`` counts as
             rounding noise and shrinks the step to ``lr ‖P_W(U)‖_F / (eps ‖U‖_F)`` (the eps rule of
             :mod:`svmuon.optim.functional`); ``None`` (default): ``√eps`` of the parameter's dtype, above
@@ -93,15 +97,17 @@ class ManifoldMuon(MatrixOptimizer):
 
     Raises:
         ValueError: a parameter that is not a point (the message names the parameter and the manifold's
-            ``project``), bad hyperparameters; at ``step()``, a non-finite update, a point that left the
-            manifold, an ``lr`` changed since construction to NaN, Inf or below 0 (a tensor one too, checked
-            within the step's one synchronisation, whatever the ``nan_policy``), or a parameter whose shape or
-            dtype changed since its state was created (nothing is changed then); at ``load_state_dict()``, bad
-            options or state entries (e.g. a NaN ``drift``), or a state dict of another optimizer (the optimizer
+            ``project``), bad hyperparameters (e.g. an ``atol`` below the floor above, naming the group); at
+            ``step()``, a non-finite update, a point that left the manifold, an ``lr`` changed since
+            construction to NaN, Inf or below 0 (a tensor one too, checked within the step's one
+            synchronisation, whatever the ``nan_policy``), or a parameter whose shape or dtype changed since its
+            state was created (nothing is changed then); at ``load_state_dict()``, bad options or state entries
+            (e.g. a NaN ``drift`` or too small an ``atol``), or a state dict of another optimizer (the optimizer
             is left as it was).
         TypeError: a parameter that is not float32/float64, a ``manifold`` that is not a
             :class:`~svmuon.orthogonal.base.Manifold` instance, a ``nesterov`` that is not a bool, a
-            non-integer ``polar_every``/``ns_steps``; sparse or complex gradients at ``step()``.
+            non-integer ``polar_every``/``ns_steps``, a ``compute_dtype`` outside the four above; sparse or
+            complex gradients at ``step()``.
 
     References:
         su2025orthogonal, jordan2024muon, absil2008optimization, bjorck1971iterative, amsel2025polar.
@@ -132,10 +138,15 @@ class ManifoldMuon(MatrixOptimizer):
         super().__init__(params, defaults)
 
     def _check_group(self, group: dict[str, Any], index: int) -> None:
-        self._check_options(group)
-        labels = Labels(index, group, list(range(len(group["params"]))))
+        name, labels = type(self).__name__, Labels(index, group, list(range(len(group["params"]))))
+        for i, p in enumerate(group["params"]):  # dtypes and shapes first: the atol floor reads them
+            self._check_kind(p, labels[i], name)
+        try:
+            self._check_options(group)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{name}: param_groups[{index}]: {err}") from None
         for i, p in enumerate(group["params"]):
-            self._check_start(p, labels[i], group["atol"], type(self).__name__)
+            self._check_start(p, labels[i], group["atol"], name)
 
     def _check_options(self, group: dict[str, Any]) -> None:
         check_hyper("lr", group["lr"], tensor_ok=True)
@@ -149,6 +160,7 @@ class ManifoldMuon(MatrixOptimizer):
         if group["atol"] is not None:
             # a start point off the manifold by 1e-2 or more is not on it in any useful sense
             check_hyper("atol", group["atol"], upper=1e-2)
+            self._check_atol_floor(group)
         if group["eps"] is not None:
             check_hyper("eps", group["eps"], upper=1.0)
         self._group_orthogonalizer(group)  # resolves (and so checks) the msign options once
@@ -182,18 +194,30 @@ class ManifoldMuon(MatrixOptimizer):
                 if not bool(torch.isfinite(value).all()):  # a warm start of NaN would fail every later step
                     raise ValueError(f"{label}: solver state {key!r} holds NaN or Inf")
 
-    def _check_start(self, p: torch.Tensor, label: str, atol: float | None, name: str) -> None:
+    def _check_kind(self, p: torch.Tensor, label: str, name: str) -> None:
         check_param(p, label, name)
         if p.dtype not in (torch.float32, torch.float64):
             raise TypeError(f"{name}: {label} must be float32 or float64 (master weights), got {p.dtype}")
         error = self.manifold.shape_error(tuple(p.shape))
         if error is not None:
             raise ValueError(f"{name}: {label} is not a point of {type(self.manifold).__name__}: {error}{self._hint()}")
-        floor = 16 * math.sqrt(max(p.shape[-2:])) * torch.finfo(p.dtype).eps
-        if atol is not None and atol < floor:
-            raise ValueError(f"{name}: atol = {atol!r} is below what one step's rounding leaves for {label} "
-                             f"({p.dtype}): a step leaves max|WᵀW - I| of a few √m eps, so the point check needs "
-                             f"atol >= 16 √m eps = {floor:.3g} (None: √eps = {torch.finfo(p.dtype).eps ** 0.5:.3g})")
+
+    @staticmethod
+    def _check_atol_floor(group: dict[str, Any]) -> None:
+        """An ``atol`` below one step's rounding would refuse every step; part of ``_check_options``, so that
+        the constructor, ``load_state_dict`` and a step after a change of ``param_groups`` all apply it."""
+        atol, params = group["atol"], group["params"]
+        for i, p in enumerate(params):
+            floor = 16 * math.sqrt(max(p.shape[-2:])) * torch.finfo(p.dtype).eps
+            if atol < floor:
+                names = group.get("param_names")
+                label = f"parameter {names[i]!r} (params[{i}])" if names else f"params[{i}]"
+                raise ValueError(f"atol = {atol!r} is below what one step's rounding leaves for {label}, shape "
+                                 f"{tuple(p.shape)} ({p.dtype}): a step leaves max|WᵀW - I| of a few √m eps, so "
+                                 f"the point check needs atol >= 16 √m eps = {floor:.3g} (None: √eps = "
+                                 f"{torch.finfo(p.dtype).eps ** 0.5:.3g})")
+
+    def _check_start(self, p: torch.Tensor, label: str, atol: float | None, name: str) -> None:
         W = whole(p.detach())
         if not bool(torch.isfinite(W).all()):
             raise ValueError(f"{name}: {label} holds NaN or Inf{self._hint()}")

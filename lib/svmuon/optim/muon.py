@@ -17,8 +17,9 @@ Tensor ``lr`` and schedulers, named parameters, hooks, ``deepcopy``, state-dict 
 ``weights_only`` loading). Where svmuon differs (documented, tested):
 
 * precision follows the device (``compute_dtype``): float32 on CPU, bfloat16 on CUDA; torch's always
-  iterates in bfloat16 (30-35x slower than float32 on a CPU). With ``compute_dtype=torch.bfloat16`` the
-  updates agree with torch's within bfloat16 rounding.
+  iterates in bfloat16 (on a CPU without native bf16 arithmetic, 27-33x slower than this float32 step; on one
+  with it, such as AVX512-BF16, about twice as fast: ``python -m svmuon.bench msign``). With
+  ``compute_dtype=torch.bfloat16`` the updates agree with torch's within bfloat16 rounding.
 * normalisation: msign divides by ``‖U‖_F`` after an exact power-of-two rescaling, so the direction is
   invariant under ``U -> c U`` for every ``c > 0``; torch divides by ``max(‖U‖_F, eps)`` in bfloat16. Here
   ``eps`` damps the step of a vanishing update: ``O`` is multiplied by ``min(1, ‖U‖_F / eps)`` (the eps
@@ -66,12 +67,15 @@ class Muon(MatrixOptimizer):
         weight_decay: decoupled weight decay (>= 0); the parameter is multiplied by ``1 - lr * weight_decay``.
         momentum: ``mu`` in [0, 1).
         nesterov: use ``(1 - mu) g + mu B`` instead of ``B``.
-        ns_coefficients: one ``(a, b, c)`` triple, a sequence of triples, or a schedule name of
-            :mod:`svmuon.orthogonal.coefficients` (``"keller_jordan"``, ``"polar_express"``, ``"cubic"``).
+        ns_coefficients: one ``(a, b, c)`` triple, a sequence of triples (also a NumPy array or tensor of
+            shape ``(k, 3)``, stored as lists), or a schedule name of :mod:`svmuon.orthogonal.coefficients`
+            (``"keller_jordan"``, ``"polar_express"``, ``"cubic"``); msign's rule
+            (:func:`~svmuon.orthogonal.coefficients.resolve_coefficients`).
         eps: update norms below ``eps`` shrink the step by ``‖U‖_F / eps`` (0 disables; see the module doc).
         ns_steps: Newton–Schulz steps (>= 1).
         adjust_lr_fn: ``None``/``"original"`` or ``"match_rms_adamw"`` (:func:`~svmuon.optim.functional.adjust_lr`).
-        compute_dtype: dtype of the Newton–Schulz matmuls; default float32 on CPU, bfloat16 on CUDA.
+        compute_dtype: dtype of the Newton–Schulz matmuls (float16, bfloat16, float32 or float64, as for
+            msign); default float32 on CPU, bfloat16 on CUDA.
         nan_policy: ``"raise"`` (default) or ``"skip"`` (a step with a non-finite update is skipped
             whole and counted in ``skipped_steps``).
 
@@ -84,7 +88,7 @@ class Muon(MatrixOptimizer):
             changed then); at ``load_state_dict()``, a state dict with bad options or state entries, or one of
             another optimizer (the optimizer is left as it was).
         TypeError: complex, integer or non-tensor parameters, a ``nesterov`` that is not a bool, a
-            non-integer ``ns_steps``; sparse gradients at ``step()``.
+            non-integer ``ns_steps``, a ``compute_dtype`` outside the four above; sparse gradients at ``step()``.
 
     References:
         jordan2024muon, liu2025moonlight, loshchilov2019decoupled, paszke2019pytorch (torch.optim.Muon).

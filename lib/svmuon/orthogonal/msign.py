@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 import torch
 
-from svmuon._validation import as_tensor, check_finite, check_float, check_int, check_matrix
+from svmuon._validation import as_tensor, check_dtype, check_finite, check_float, check_int, check_matrix
 from svmuon.orthogonal._polar_grad import polar_factor_svd
 from svmuon.orthogonal.coefficients import default_steps, output_max, resolve_coefficients
 
@@ -74,9 +74,13 @@ def msign(
             default per schedule, see :func:`svmuon.orthogonal.coefficients.default_steps`. Schedules
             shorter than ``ns_steps`` repeat their last triple.
         ns_coefficients: ``method="newton_schulz"`` only: a schedule name (``"polar_express"``, the default;
-            ``"keller_jordan"``; ``"cubic"``) or an explicit sequence of ``(a, b, c)`` triples.
-        compute_dtype: dtype of the Newton–Schulz matmuls. Default: bfloat16 on CUDA; on CPU float64 for
-            float64 inputs and float32 otherwise (bf16 matmuls are ~30x slower than fp32 on CPU). The
+            ``"keller_jordan"``; ``"cubic"``) or explicit ``(a, b, c)`` triples of finite reals: a sequence
+            (list, tuple) of them, one bare triple, or a NumPy array / tensor of shape ``(k, 3)`` or ``(3,)``
+            (:func:`~svmuon.orthogonal.coefficients.resolve_coefficients`, the rule the optimizers share).
+        compute_dtype: dtype of the Newton–Schulz matmuls: float16, bfloat16, float32 or float64 (float8,
+            integer and complex dtypes are refused). Default: bfloat16 on CUDA; on CPU float64 for
+            float64 inputs and float32 otherwise (bf16 matmuls are tens of times slower than fp32 on a CPU
+            without native bf16 arithmetic, and only about twice as fast on one with it). The
             normalisation ``G / ‖G‖_F`` is always done in float32 or float64, whichever is wider than the
             input. Ignored by ``method="svd"``.
         rcond: ``method="svd"`` only: relative cutoff; singular values ``<= rcond * s_max`` map to 0.
@@ -96,9 +100,10 @@ def msign(
     Raises:
         TypeError: ``G`` is not a tensor/array, or is complex or integer (complex input is refused:
             the polar factor of a complex matrix needs the conjugate transpose, which this book never
-            uses); ``compute_dtype`` is not a floating dtype; bad ``ns_steps``/``ns_coefficients`` types.
-        ValueError: ``G`` has fewer than 2 dimensions, is empty, or holds NaN/Inf; unknown ``method``;
-            ``rcond`` negative or not finite; options given to the method that does not use them; a
+            uses); ``compute_dtype`` is not float16, bfloat16, float32 or float64; bad
+            ``ns_steps``/``ns_coefficients`` types.
+        ValueError: ``G`` has fewer than 2 dimensions, is empty, holds NaN/Inf, or is a meta tensor; unknown
+            ``method``; ``rcond`` negative or not finite; options given to the method that does not use them; a
             Newton–Schulz schedule that diverges on (0, 1] or overflows the compute dtype.
 
     References:
@@ -193,8 +198,8 @@ class Orthogonalizer:
         self.ns_steps = check_int(ns_steps, "ns_steps", minimum=0)
         self.schedule = tuple(resolve_coefficients(ns_coefficients, self.ns_steps))
         self.ns_coefficients = ns_coefficients if isinstance(ns_coefficients, str) else self.schedule
-        if compute_dtype is not None and not (isinstance(compute_dtype, torch.dtype) and compute_dtype.is_floating_point):
-            raise TypeError(f"compute_dtype must be None or a floating torch.dtype, got {compute_dtype!r}")
+        if compute_dtype is not None:  # float8 runs on CPU but returns singular values far from 1
+            check_dtype(compute_dtype, "compute_dtype")
         self.compute_dtype = compute_dtype
         self.sigma_range = (0.0, output_max(self.schedule))
         if not math.isfinite(self.sigma_range[1]):
