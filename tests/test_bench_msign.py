@@ -23,5 +23,9 @@ def test_bench_msign_smoke(tmp_path, capsys):
         assert row[name]["polar_err"] < 1e-5 and row[name]["ns_over_floor"] > 0
     assert row["svd"]["polar_err"] < 1e-5
     assert row["keller_jordan"]["polar_err"] > 0.05
-    assert data["results"]["muon"][0]["torch_over_svmuon"] > 0
+    muon = data["results"]["muon"][0]
+    assert muon["torch_over_svmuon"] > 0 and muon["torch_over_svmuon_bf16"] > 0
+    # each ratio is the quotient of the two step times it names, recorded beside it
+    assert muon["torch_over_svmuon_bf16"] == muon["torch_step_s"] / muon["svmuon_bf16_step_s"]
+    assert data["hardware"]["cpu_bf16"] in (True, False, None) and "cpu_capability" in data["hardware"]
     assert "Muon step" in capsys.readouterr().out

@@ -89,6 +89,18 @@ def test_environment_records_the_machine():
     if hasattr(os, "getloadavg"):  # the load beside a timing: three non-negative averages (1, 5, 15 min)
         load = env["load_average"]
         assert len(load) == 3 and all(x >= 0 for x in load)
+    assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and env["cpu_bf16"] in (True, False, None)
+
+
+@pytest.mark.parametrize("flags, expected", [("fpu avx512f avx512_bf16 sse", True), ("fpu amx_bf16", True),
+                                             ("fp asimd bf16", True), ("fpu avx512f avx2", False)])
+def test_environment_reads_native_bf16_from_the_cpu_flags(tmp_path, monkeypatch, flags, expected):
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    monkeypatch.setattr(runs, "Path", lambda _: info)
+    assert runs._cpu_bf16() is expected
+    monkeypatch.setattr(runs, "Path", lambda _: tmp_path / "absent")  # no /proc: unknown, not False
+    assert runs._cpu_bf16() is None
 
 
 def test_text_corpus_is_the_standard_library_offline():

@@ -176,8 +176,11 @@ def tune_then_seeds(grid: Sequence[float], run: Callable[[float, int], Any], see
 
 def environment(**override: Any) -> dict[str, Any]:
     """What a result was computed on: date (UTC, ISO 8601), platform, machine, CPU name, CPU count, torch
-    threads, the versions of Python, torch, NumPy and svmuon, the GPU (name, CUDA) where there is one, and the
-    system's load average over the last 1, 5 and 15 minutes where the OS reports it (``os.getloadavg``: other
+    threads, the versions of Python, torch, NumPy and svmuon, the vector instructions torch's CPU kernels use
+    (``cpu_capability``, e.g. ``"AVX512"``) and whether the CPU has native bfloat16 arithmetic (``cpu_bf16``:
+    the ``avx512_bf16`` or ``amx_bf16`` flag; ``None`` where the OS does not list flags), since a bf16 matmul is
+    several times faster than float32 with it and much slower without, the GPU (name, CUDA) where there is one, and
+    the system's load average over the last 1, 5 and 15 minutes where the OS reports it (``os.getloadavg``: other
     processes' demand for the CPUs, so a timing from a loaded machine says so); ``override`` replaces or adds
     fields (e.g. ``torch_threads`` of the run rather than of the caller)."""
     import svmuon
@@ -193,6 +196,8 @@ def environment(**override: Any) -> dict[str, Any]:
         "torch": torch.__version__,
         "numpy": np.__version__,
         "svmuon": svmuon.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_bf16": _cpu_bf16(),
     }
     if hasattr(os, "getloadavg"):  # not on Windows
         info["load_average"] = [round(x, 2) for x in os.getloadavg()]
@@ -200,6 +205,18 @@ def environment(**override: Any) -> dict[str, Any]:
         info["gpu"] = torch.cuda.get_device_name(0)
         info["cuda"] = torch.version.cuda
     return {**info, **override}
+
+
+def _cpu_bf16() -> bool | None:
+    """Whether /proc/cpuinfo lists a native bfloat16 instruction set (x86: AVX512-BF16 or AMX-BF16; Arm: bf16)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                flags = set(line.split(":", 1)[1].split())
+                return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+    except OSError:
+        pass
+    return None
 
 
 def _cpu_name() -> str:
