@@ -45,3 +45,104 @@ def test_no_winners_curse_is_resolved():
         won.append(t[0] - (t[1] + t[2]) / 2)
     m, se = mean_se(won)
     assert abs(m) < 2 * se, (m, se)
+
+
+# The pilot (--size pilot), tuned the same way, and the Muon rate that other arms borrow.
+
+def _pilot():
+    import json
+
+    import pytest
+    from svmuon._paths import results_dir
+    from svmuon.experiments import _gpt_train as gt
+
+    paths = {arm: results_dir("experiments") / f"gpt-pilot-{arm}.json" for arm in gt.ARMS}
+    if not all(p.exists() for p in paths.values()):
+        pytest.skip("the gpt pilot (--size pilot) is not recorded in experiments/results")
+    return {arm: json.loads(p.read_text()) for arm, p in paths.items()}
+
+
+def _diff(x, y):
+    (mx, sx), (my, sy) = mean_se(x), mean_se(y)
+    return mx - my, math.hypot(sx, sy)
+
+
+def _final_q2p2(doc, run):
+    """H_q2_p2 - log k averaged over the hidden matrices at the run's last record (equal counts per kind)."""
+    e = run["entropy"]
+    last = max(e["step"])
+    gaps = []
+    for step, name, status, h in zip(e["step"], e["name"], e["status"], e["H_q2_p2"]):
+        if step == last and status == "ok":
+            b = doc["baselines"][name.split(".", 1)[1]]
+            gaps.append(h - math.log(min(b["m"], b["n"])))
+    return sum(gaps) / len(gaps)
+
+
+def _lines(docs, seeds):
+    """The chapter's eight headline differences (mean, s.e.) with the given seeds."""
+    c = {arm: _cells(doc) for arm, doc in docs.items()}
+
+    def at(arm, scope, delta):
+        return [c[arm][scope, delta][s] for s in seeds]
+
+    ent = {arm: [_final_q2p2(docs[arm], r) for s in seeds for r in docs[arm]["runs"]
+                 if r["lr"] == docs[arm]["lr"] and r["seed"] == s and r["delta"] == 0.0]
+           for arm in ("muon", "adamw")}
+    out = [_diff(at("muon", "all", 0.0), at("adamw", "all", 0.0)),
+           _diff(at("stiefel", "all", 0.0), at("muon", "all", 0.0)),
+           _diff(at("stiefel-attention", "all", 0.0), at("muon", "all", 0.0)),
+           _diff(ent["muon"], ent["adamw"])]
+    out += [_diff(at("fixed-entropy", sc, 0.42), at("fixed-entropy", sc, 0.0)) for sc in ("all", "attention", "mlp")]
+    out.append(_diff(at("fixed-entropy-unit", "all", 0.42), at("fixed-entropy-unit", "all", 0.0)))
+    return out
+
+
+def test_pilot_tuned_on_seed_zero_which_is_one_of_three():
+    for arm, doc in _pilot().items():
+        cells = _cells(doc)
+        assert all(sorted(v) == [0, 1, 2] for v in cells.values()), arm
+        assert all(r["lr"] == doc["lr"] for r in doc["runs"] if r["seed"] != 0), arm  # seeds 1, 2: the pick only
+        tuning = {r["lr"]: r["val_loss"] for r in doc["runs"] if r["seed"] == 0 and r["scope"] == "all"
+                  and r["delta"] == 0.0}
+        assert len(tuning) == 4 and min(tuning, key=tuning.get) == doc["lr"], arm
+
+
+def test_pilot_lines_survive_without_seed_zero():
+    pilot, study = _pilot(), gpt_study()
+    p3, p2, s2 = _lines(pilot, (0, 1, 2)), _lines(pilot, (1, 2)), _lines(study, (1, 2))
+    assert len(p2) == 8
+    for (m3, _), (m2, se2), (ms, ses) in zip(p3, p2, s2):
+        assert (m2 > 0) == (m3 > 0) == (ms > 0)  # the same sign, with and without seed 0, and as the study's
+        assert abs(m2) > 2 * se2  # beyond two standard errors without seed 0
+        assert abs(m2) > abs(ms)  # the pilot's the larger, both without seed 0
+    beyond = sum((abs(m2) - abs(ms)) / math.hypot(se2, ses) > 2 for (m2, se2), (ms, ses) in zip(p2, s2))
+    assert beyond == 6, beyond
+
+
+def test_pilot_winners_curse_is_resolved_and_the_control_is_not():
+    won, ctl = [], []
+    for doc in _pilot().values():
+        for (scope, delta), t in _cells(doc).items():
+            (won if (scope, delta) == ("all", 0.0) else ctl).append(t[0] - (t[1] + t[2]) / 2)
+    assert (len(won), len(ctl)) == (6, 8)
+    m, se = mean_se(won)
+    assert all(w < 0 for w in won) and m < -2 * se, (won, m, se)
+    mc, sec = mean_se(ctl)
+    assert abs(mc) < 2 * sec, (mc, sec)
+    # winners against control: 2 s.e. by z, but Welch's t with ~7 degrees of freedom needs about 2.36
+    z = (m - mc) / math.hypot(se, sec)
+    assert -2.36 < z < -2, z
+
+
+def test_arms_that_borrow_muons_rate_use_the_muon_arms_pick():
+    for docs in (gpt_study(), _pilot()):
+        lent = {}
+        for doc in docs.values():
+            for r in doc["runs"]:
+                if r["muon_lr"] is not None:
+                    lent.setdefault((r["arm"], r["scope"]), set()).add(r["muon_lr"])
+        muon = docs["muon"]["lr"]
+        assert lent == {("stiefel-attention", "all"): {muon}, ("fixed-entropy", "attention"): {muon},
+                        ("fixed-entropy", "mlp"): {muon}}
+        assert {r["lr"] for r in docs["fixed-entropy"]["runs"] if r["scope"] != "all"} == {docs["fixed-entropy"]["lr"]}
