@@ -139,3 +139,22 @@ def test_an_atol_below_the_rounding_floor_is_refused_wherever_it_is_set():
     a.grad, b.grad = torch.randn_like(a), torch.randn_like(b)
     opt.param_groups[1]["atol"] = 0.5 * floor
     _refused(b, opt, ValueError, r"param_groups\[1\] \(set after construction\): atol = .* is below")
+
+
+@pytest.mark.parametrize("make", [_muon, _manifold])
+def test_tensor_coefficients_set_after_construction_are_read_once_and_stored_as_lists(make):
+    from svmuon.orthogonal.coefficients import get_schedule
+
+    p, opt = make()
+    triples = [list(t) for t in get_schedule("polar_express")]
+    opt.param_groups[0]["ns_coefficients"] = torch.tensor([[1.0, 2.0]] * 3)  # (k, 2): not triples
+    _refused(p, opt, ValueError, "ns_coefficients|triple")
+    assert isinstance(opt.param_groups[0]["ns_coefficients"], torch.Tensor)  # a refused step changed nothing
+    twin_p, twin = make()  # the same step with the schedule by name: the tensor form must give the same update
+    twin.param_groups[0].update(ns_coefficients="polar_express", ns_steps=len(triples))
+    opt.param_groups[0].update(ns_coefficients=torch.tensor(triples, dtype=torch.float64), ns_steps=len(triples))
+    opt.step()
+    twin.step()
+    stored = opt.param_groups[0]["ns_coefficients"]
+    assert isinstance(stored, list) and stored == triples  # float64 holds each triple exactly
+    assert torch.equal(p.detach(), twin_p.detach())

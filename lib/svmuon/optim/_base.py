@@ -185,15 +185,27 @@ class MatrixOptimizer(torch.optim.Optimizer):
         construction (by hand, a scheduler, a sweep) pass the constructor's checks again whenever they changed
         (``_check_options``; the lr has its own check), and every parameter's gradient has its shape and dtype
         (``p.data = ...`` with an old gradient left behind). Raises ``ValueError`` / ``TypeError`` naming the
-        group or parameter; nothing has been changed then."""
-        key = tuple((k, _freeze(v)) for k, v in group.items() if k not in ("params", "lr"))
+        group or parameter; nothing has been changed then. An array or tensor of ``ns_coefficients`` set by hand
+        is read once and, once checked, stored as lists (the constructor's form), so later steps do not read it."""
+        opts = {k: v for k, v in group.items() if k not in ("params", "lr")}
+        name = f"{type(self).__name__}: param_groups[{index}] (set after construction)"
+        plain = isinstance(opts.get("ns_coefficients"), (np.ndarray, torch.Tensor))
+        if plain:
+            from svmuon.orthogonal.coefficients import plain_coefficients
+            try:
+                opts["ns_coefficients"] = plain_coefficients(opts["ns_coefficients"])
+            except ValueError as e:
+                raise ValueError(f"{name}: {e}") from e
+        key = tuple((k, _freeze(v)) for k, v in opts.items())
         checked = self.__dict__.setdefault("_checked_options", {})  # not pickled: rebuilt on the first step
         if checked.get(index) != key:
             try:
-                self._check_options({**group, "lr": 0.0})  # not the lr: a tensor's value is not read here
+                self._check_options({**group, **opts, "lr": 0.0})  # not the lr: a tensor's value is not read here
             except (ValueError, TypeError) as e:
-                raise type(e)(f"{type(self).__name__}: param_groups[{index}] (set after construction): {e}") from e
+                raise type(e)(f"{name}: {e}") from e
             checked[index] = key
+        if plain:
+            group["ns_coefficients"] = opts["ns_coefficients"]
         for j, k in enumerate(labels.positions):
             p = group["params"][k]
             if p.grad.shape != p.shape or p.grad.dtype != p.dtype:
