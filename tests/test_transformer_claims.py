@@ -81,6 +81,11 @@ def _final_q2p2(doc, run):
 
 def _lines(docs, seeds):
     """The chapter's eight headline differences (mean, s.e.) with the given seeds."""
+    return [_diff(x, y) for x, y in _samples(docs, seeds)]
+
+
+def _samples(docs, seeds):
+    """The two samples of each of the chapter's eight headline differences, with the given seeds."""
     c = {arm: _cells(doc) for arm, doc in docs.items()}
 
     def at(arm, scope, delta):
@@ -89,12 +94,12 @@ def _lines(docs, seeds):
     ent = {arm: [_final_q2p2(docs[arm], r) for s in seeds for r in docs[arm]["runs"]
                  if r["lr"] == docs[arm]["lr"] and r["seed"] == s and r["delta"] == 0.0]
            for arm in ("muon", "adamw")}
-    out = [_diff(at("muon", "all", 0.0), at("adamw", "all", 0.0)),
-           _diff(at("stiefel", "all", 0.0), at("muon", "all", 0.0)),
-           _diff(at("stiefel-attention", "all", 0.0), at("muon", "all", 0.0)),
-           _diff(ent["muon"], ent["adamw"])]
-    out += [_diff(at("fixed-entropy", sc, 0.42), at("fixed-entropy", sc, 0.0)) for sc in ("all", "attention", "mlp")]
-    out.append(_diff(at("fixed-entropy-unit", "all", 0.42), at("fixed-entropy-unit", "all", 0.0)))
+    out = [(at("muon", "all", 0.0), at("adamw", "all", 0.0)),
+           (at("stiefel", "all", 0.0), at("muon", "all", 0.0)),
+           (at("stiefel-attention", "all", 0.0), at("muon", "all", 0.0)),
+           (ent["muon"], ent["adamw"])]
+    out += [(at("fixed-entropy", sc, 0.42), at("fixed-entropy", sc, 0.0)) for sc in ("all", "attention", "mlp")]
+    out.append((at("fixed-entropy-unit", "all", 0.42), at("fixed-entropy-unit", "all", 0.0)))
     return out
 
 
@@ -120,7 +125,42 @@ def test_pilot_lines_survive_without_seed_zero():
     assert beyond == 6, beyond
 
 
-def test_pilot_winners_curse_is_resolved_and_the_control_is_not():
+def _welch_p(docs, seeds):
+    """Welch's t of each headline line (t and its Satterthwaite degrees of freedom by hand)."""
+    from scipy import stats
+
+    p = []
+    for x, y in _samples(docs, seeds):
+        (mx, sx), (my, sy) = mean_se(x), mean_se(y)
+        df = (sx**2 + sy**2) ** 2 / (sx**4 / (len(x) - 1) + sy**4 / (len(y) - 1))
+        p.append(2 * stats.t.sf(abs(mx - my) / math.hypot(sx, sy), df))
+    return p
+
+
+def test_study_lines_without_seed_zero_by_welch_resolve_some_not_all():
+    """The study's sentence: without seed 0 some lines, not all, have Welch p above 0.05 (the chapter glues
+    how many and their range from the same arithmetic by scipy); it read 0.096-0.19 for four when written."""
+    p = _welch_p(gpt_study(), (1, 2))
+    weak = [q for q in p if q > 0.05]
+    assert 0 < len(weak) < len(p), p
+    assert len(weak) == 4 and 0.09 < min(weak) and max(weak) < 0.2, p
+
+
+def test_pilot_lines_without_seed_zero_by_welch():
+    """Welch's t (t and its Satterthwaite degrees of freedom by hand): Muon - AdamW (the first line) and the
+    unit-scale fixed-entropy line (the last) have p of 0.07 and 0.09, the other six below 0.05."""
+    from scipy import stats
+
+    p = []
+    for x, y in _samples(_pilot(), (1, 2)):
+        (mx, sx), (my, sy) = mean_se(x), mean_se(y)
+        df = (sx**2 + sy**2) ** 2 / (sx**4 / (len(x) - 1) + sy**4 / (len(y) - 1))
+        p.append(2 * stats.t.sf(abs(mx - my) / math.hypot(sx, sy), df))
+    assert [f"{p[0]:.2f}", f"{p[-1]:.2f}"] == ["0.07", "0.09"], p
+    assert all(q < 0.05 for q in p[1:-1]), p
+
+
+def test_pilot_seed_zero_winners_lie_below_the_other_seeds_and_the_control_does_not_tell_why():
     won, ctl = [], []
     for doc in _pilot().values():
         for (scope, delta), t in _cells(doc).items():

@@ -4,7 +4,8 @@
   below its Monte Carlo standard error (6 runs of 10^6) at n = 5 and n = 6, against the exact rho_5 and rho_6
   from the recursion eq-density-recursion (rho_3 exact -> rho_4 -> rho_5 -> rho_6); the standard error is
   from the chapter's own runs (seeds 100 n + r). At n = 5 a window of 0.2 sd has a bias above the standard
-  error of the 0.15 sd fit, and one of 0.3 sd fails the test; at n = 6 the bias is below 1/100 of it.
+  error of the 0.15 sd fit, and one of 0.3 sd has a bias larger than its own standard error; at n = 6 the bias
+  is below 1/100 of it.
 * The singular points log(n - 1) relative to the fit's window: log 3 outside it at n = 4, log 4 inside it
   and above the mode at n = 5, log 5 outside it at n = 6.
 * The cubic fit of the "Where is the mode?" section (60 bins within 1.5 sd of the mean, runs of 100 000)

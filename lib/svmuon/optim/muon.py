@@ -17,8 +17,8 @@ Tensor ``lr`` and schedulers, named parameters, hooks, ``deepcopy``, state-dict 
 ``weights_only`` loading). Where svmuon differs (documented, tested):
 
 * precision follows the device (``compute_dtype``): float32 on CPU, bfloat16 on CUDA; torch's always
-  iterates in bfloat16 (on a CPU without native bf16 arithmetic, 27-33x slower than this float32 step; on one
-  with it, such as AVX512-BF16, about twice as fast: ``python -m svmuon.bench msign``). With
+  iterates in bfloat16 (27-33x slower than this float32 step on an older recorded CPU whose bf16 support was
+  not recorded; about twice as fast on one with AVX512-BF16: ``python -m svmuon.bench msign``). With
   ``compute_dtype=torch.bfloat16`` the updates agree with torch's within bfloat16 rounding.
 * normalisation: msign divides by ``‖U‖_F`` after an exact power-of-two rescaling, so the direction is
   invariant under ``U -> c U`` for every ``c > 0``; torch divides by ``max(‖U‖_F, eps)`` in bfloat16. Here
