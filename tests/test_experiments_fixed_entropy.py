@@ -227,8 +227,10 @@ def _loss_stats(runs, method, power, delta):
 
 @pytest.mark.parametrize("task", ["digits", "text"])
 def test_recorded_results_support_the_chapter_claims(task):
-    """Issue 20 erratum 3: the claims of "Holding the entropy fixed" ("What it supports"), recomputed from the
-    recorded results with plain Python (the chapter glues its numbers from pandas and asserts the same). A
+    """Issue 20 erratum 3: the claims of "Holding the entropy fixed" ("What it supports") about the means,
+    recomputed from the recorded results with plain Python (the chapter glues its numbers from pandas and asserts
+    the same). Which differences are resolved is read with small-sample t-tests, paired over the seeds, in
+    tests/test_fixed_entropy_claims.py (test_low_targets_against_the_best_target), not by a 2-s.e. rule. A
     re-recorded experiment that breaks one fails here and in the chapter: then rewrite the prose."""
     doc = _recorded(task)
     runs = doc["runs"]
@@ -238,11 +240,11 @@ def test_recorded_results_support_the_chapter_claims(task):
             deltas = {r["delta"] for r in runs if r["method"] == method}
             curve.update({d: _loss_stats(runs, method, power, d) for d in deltas})
             best = min(curve, key=lambda d: curve[d][0])
-            z = {d: (curve[d][0] - curve[best][0]) / math.hypot(curve[d][1], curve[best][1]) for d in (1.2, 2.0, 3.0)}
-            if task == "digits":  # every low target worse by > 2 s.e.; the orthogonal limit best with p ∝ σ
-                assert min(z.values()) > 2 and (power == 2 or best == 0.0)
-            else:  # δ = 1.2 near the best, δ >= 2 worse by more than two standard errors
-                assert z[1.2] < 2.5 and min(z[2.0], z[3.0]) > 2
+            # low targets above the best in the mean: every one on digits, from δ = 2 on text (where δ = 1.2 is
+            # among the close targets near the best, or the best); on digits with p ∝ σ the orthogonal limit best
+            low = (1.2, 2.0, 3.0) if task == "digits" else (2.0, 3.0)
+            assert all(curve[d][0] > curve[best][0] for d in low), (task, method, power)
+            assert task != "digits" or power == 2 or best == 0.0
     if task == "digits":
         assert doc["data"]["train"] == 1077  # sklearn's 1797 digits, 20 % test, then 25 % of the rest validation
     else:  # the free runs' matrices end 0.06-0.15 nats below log k with p ∝ σ (the chapter's triangles)
@@ -269,8 +271,8 @@ def test_start_check_tasks_run_the_constrained_arms_only(tmp_path):
 def test_recorded_start_check_supports_the_chapter_claims():
     """"Does the initial scale matter?" recomputed with plain Python from the four recorded files: from either
     start the orthogonal limit is the best point on digits and every arm at log k - 0.42 beats it on text (and
-    trails it on digits), and no point moves between the starts by 2 standard errors of the difference (the chapter
-    asserts the same)."""
+    trails it on digits) (the chapter asserts the same; whether a point moves between the starts is read with a
+    paired t-test in tests/test_fixed_entropy_claims.py::test_start_check_signs_per_seed_and_no_shift)."""
     for task in ("digits", "text"):
         stats = {}
         for start in ("he", "unit"):
@@ -282,6 +284,4 @@ def test_recorded_start_check_supports_the_chapter_claims():
             for arm in ("shape", "level_set"):  # every arm at δ = 0.42 on the side the main sweep found
                 assert (stats[start][arm, 0.42][0] > orth) == (task == "digits"), (task, start, arm)
             assert (best == ("orthogonal", 0.0)) == (task == "digits")
-        for point, (mean, se) in stats["unit"].items():
-            mean_he, se_he = stats["he"][point]
-            assert abs(mean - mean_he) < 2 * math.hypot(se, se_he), (task, point)
+        assert set(stats["unit"]) == set(stats["he"]), task  # the same points from both starts
