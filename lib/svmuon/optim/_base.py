@@ -188,23 +188,16 @@ class MatrixOptimizer(torch.optim.Optimizer):
         group or parameter; nothing has been changed then. An array or tensor of ``ns_coefficients`` set by hand
         is read once and, once checked, stored as lists (the constructor's form), so later steps do not read it."""
         opts = {k: v for k, v in group.items() if k not in ("params", "lr")}
-        name = f"{type(self).__name__}: param_groups[{index}] (set after construction)"
-        plain = isinstance(opts.get("ns_coefficients"), (np.ndarray, torch.Tensor))
-        if plain:
-            from svmuon.orthogonal.coefficients import plain_coefficients
-            try:
-                opts["ns_coefficients"] = plain_coefficients(opts["ns_coefficients"])
-            except ValueError as e:
-                raise ValueError(f"{name}: {e}") from e
-        key = tuple((k, _freeze(v)) for k, v in opts.items())
         checked = self.__dict__.setdefault("_checked_options", {})  # not pickled: rebuilt on the first step
-        if checked.get(index) != key:
-            try:
+        try:
+            _plain_options(opts)  # the constructor's forms, on a copy: the group changes only once checked
+            key = tuple((k, _freeze(v)) for k, v in opts.items())
+            if checked.get(index) != key:
                 self._check_options({**group, **opts, "lr": 0.0})  # not the lr: a tensor's value is not read here
-            except (ValueError, TypeError) as e:
-                raise type(e)(f"{name}: {e}") from e
-            checked[index] = key
-        if plain:
+                checked[index] = key
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"{type(self).__name__}: param_groups[{index}] (set after construction): {e}") from e
+        if "ns_coefficients" in opts:  # an array or tensor set by hand, stored as lists: not read again
             group["ns_coefficients"] = opts["ns_coefficients"]
         for j, k in enumerate(labels.positions):
             p = group["params"][k]

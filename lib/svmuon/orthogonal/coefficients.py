@@ -193,8 +193,8 @@ def plain_coefficients(coefficients: Any) -> Any:
     triples), anything else unchanged; the optimizers store this form. Raises ``ValueError`` for a meta tensor."""
     torch = sys.modules.get("torch")  # a tensor exists only once torch is imported; this module does not need it
     if torch is not None and isinstance(coefficients, torch.Tensor):
-        if coefficients.device.type == "meta":
-            raise ValueError("ns_coefficients is a meta tensor (no values); expected triples on a real device")
+        from svmuon._validation import check_device  # torch is loaded: a tensor exists
+        check_device(coefficients, "ns_coefficients")
         return coefficients.detach().tolist()
     return coefficients.tolist() if isinstance(coefficients, np.ndarray) else coefficients
 
