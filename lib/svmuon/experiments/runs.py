@@ -207,26 +207,26 @@ def environment(**override: Any) -> dict[str, Any]:
     return {**info, **override}
 
 
-def _cpu_bf16() -> bool | None:
-    """Whether /proc/cpuinfo lists a native bfloat16 instruction set (x86: AVX512-BF16 or AMX-BF16; Arm: bf16)."""
+def _cpuinfo(*keys: str) -> str | None:
+    """The value of the first /proc/cpuinfo line that starts with one of ``keys``; ``None`` where there is no
+    such line or no /proc (macOS, Windows)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                flags = set(line.split(":", 1)[1].split())
-                return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+            if line.startswith(keys):
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return None
 
 
+def _cpu_bf16() -> bool | None:
+    """Whether /proc/cpuinfo lists a native bfloat16 instruction set (x86: AVX512-BF16 or AMX-BF16; Arm: bf16)."""
+    flags = _cpuinfo("flags", "Features")
+    return None if flags is None else bool(set(flags.split()) & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
 def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    return _cpuinfo("model name") or platform.processor() or "unknown"
 
 
 # ------------------------------------------------------------------------------------------ results I/O
