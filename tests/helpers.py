@@ -2,7 +2,9 @@
 
 Every test that needs a matrix with given singular values builds it here, so that the expected singular values,
 polar factor, entropy or nearest point is known exactly (up to one rounding of the product). Also the recorded
-GPT study and the mean with its standard error, which the experiment tests and the chapter-claim tests share.
+GPT study and the mean with its standard error, which the experiment tests and the chapter-claim tests share,
+and the small-sample t-tests of the chapter-claim tests in plain Python with mpmath's t tail (an independent
+route from the chapters' scipy; checked against scipy in tests/test_fixed_entropy_claims.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import math
 from typing import Sequence
 
+import mpmath
 import pytest
 import torch
 
@@ -64,3 +67,26 @@ def mean_se(values: Sequence[float]) -> tuple[float, float]:
     n = len(values)
     mean = sum(values) / n
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+
+def t_p(t: float, df: float) -> float:
+    """Two-sided p of Student's t: P(|T_df| > |t|) = I_{df / (df + t^2)}(df / 2, 1 / 2), in mpmath."""
+    x = mpmath.mpf(df) / (df + mpmath.mpf(t) ** 2)
+    return float(mpmath.betainc(mpmath.mpf(df) / 2, mpmath.mpf(1) / 2, 0, x, regularized=True))
+
+
+def paired_t(a: dict[int, float], b: dict[int, float]) -> dict[str, float]:
+    """Paired t of a - b over the seeds both have (dicts seed -> test loss)."""
+    d = [a[s] - b[s] for s in sorted(a.keys() & b.keys())]
+    mean, se = mean_se(d)
+    t = mean / se
+    return {"diff": mean, "se": se, "t": t, "df": len(d) - 1, "p": t_p(t, len(d) - 1), "min": min(d), "max": max(d)}
+
+
+def welch_t(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+    """Welch's unpaired t of mean(a) - mean(b), with the Welch-Satterthwaite degrees of freedom."""
+    (ma, sa), (mb, sb) = mean_se(a), mean_se(b)
+    va, vb = sa**2, sb**2
+    t = (ma - mb) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return {"diff": ma - mb, "t": t, "df": df, "p": t_p(t, df)}

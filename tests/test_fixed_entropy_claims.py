@@ -17,9 +17,9 @@ import itertools
 import json
 import math
 
-import mpmath
 import numpy as np
 import pytest
+from helpers import paired_t, t_p, welch_t
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
@@ -61,58 +61,29 @@ def test_bootstrap_certainty_is_an_ordering_of_the_extreme_runs():
 LEVEL = 0.05  # the chapter's "resolved": two-sided p below it
 
 
-def _t_p(t: float, df: float) -> float:
-    """Two-sided p of Student's t: P(|T_df| > |t|) = I_{df / (df + t^2)}(df / 2, 1 / 2), in mpmath."""
-    x = mpmath.mpf(df) / (df + mpmath.mpf(t) ** 2)
-    return float(mpmath.betainc(mpmath.mpf(df) / 2, mpmath.mpf(1) / 2, 0, x, regularized=True))
-
-
-def _var(x: list[float]) -> float:
-    m = sum(x) / len(x)
-    return sum((v - m) ** 2 for v in x) / (len(x) - 1)
-
-
-def _paired(a: dict[int, float], b: dict[int, float]) -> dict[str, float]:
-    """Paired t of a - b over the seeds both have (dicts seed -> test loss)."""
-    d = [a[s] - b[s] for s in sorted(a.keys() & b.keys())]
-    n = len(d)
-    mean = sum(d) / n
-    se = math.sqrt(_var(d) / n)
-    t = mean / se
-    return {"diff": mean, "se": se, "t": t, "df": n - 1, "p": _t_p(t, n - 1), "min": min(d), "max": max(d)}
-
-
-def _welch(a: list[float], b: list[float]) -> dict[str, float]:
-    """Welch's unpaired t of mean(a) - mean(b), with the Welch-Satterthwaite degrees of freedom."""
-    va, vb = _var(a) / len(a), _var(b) / len(b)
-    t = (sum(a) / len(a) - sum(b) / len(b)) / math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    return {"diff": sum(a) / len(a) - sum(b) / len(b), "t": t, "df": df, "p": _t_p(t, df)}
-
-
 def test_t_formulas_agree_with_scipy_and_the_t2_closed_form():
     from scipy import stats
 
     # t_2: P(|T| > t) = 1 - t / sqrt(t^2 + 2), exactly
     for t in (0.5, 2.0, 4.3):
-        assert _t_p(t, 2) == pytest.approx(1 - t / math.sqrt(t * t + 2), rel=1e-12)
+        assert t_p(t, 2) == pytest.approx(1 - t / math.sqrt(t * t + 2), rel=1e-12)
     rng = np.random.default_rng(1)
     for n in (2, 3, 5):
         a, b = rng.normal(0, 1, n), rng.normal(0.5, 2, n)
-        mine = _paired(dict(enumerate(a)), dict(enumerate(b)))
+        mine = paired_t(dict(enumerate(a)), dict(enumerate(b)))
         ref = stats.ttest_rel(a, b)
         assert (mine["t"], mine["p"]) == pytest.approx((ref.statistic, ref.pvalue), rel=1e-9)
         a3 = rng.normal(0, 1, 3)
-        mine, ref = _welch(list(a3), list(b)), stats.ttest_ind(a3, b, equal_var=False)
+        mine, ref = welch_t(list(a3), list(b)), stats.ttest_ind(a3, b, equal_var=False)
         assert (mine["t"], mine["df"], mine["p"]) == pytest.approx((ref.statistic, ref.df, ref.pvalue), rel=1e-9)
 
 
 def test_two_standard_errors_by_chance():
     """"A paired difference of two standard errors is exceeded by chance with probability 0.18 over three seeds
     (2 df) and 0.30 over two (1 df)": the t_2 closed form above and the Cauchy tail of t_1, 1 - (2/π) atan 2."""
-    assert _t_p(2.0, 2) == pytest.approx(1 - 2 / math.sqrt(6), rel=1e-12)
-    assert _t_p(2.0, 1) == pytest.approx(1 - 2 / math.pi * math.atan(2.0), rel=1e-12)
-    assert (round(_t_p(2.0, 2), 2), round(_t_p(2.0, 1), 2)) == (0.18, 0.30)
+    assert t_p(2.0, 2) == pytest.approx(1 - 2 / math.sqrt(6), rel=1e-12)
+    assert t_p(2.0, 1) == pytest.approx(1 - 2 / math.pi * math.atan(2.0), rel=1e-12)
+    assert (round(t_p(2.0, 2), 2), round(t_p(2.0, 1), 2)) == (0.18, 0.30)
 
 
 def _doc(name: str) -> dict:
@@ -164,7 +135,7 @@ def test_low_targets_against_the_best_target():
                 curve = _curve(runs, arm, power)
                 best = min(curve, key=lambda d: _mean(curve[d]))
                 for d in (1.2, 2.0, 3.0):
-                    res[task, arm, power, d] = (None if d == best else _paired(curve[d], curve[best]))
+                    res[task, arm, power, d] = (None if d == best else paired_t(curve[d], curve[best]))
     for (task, arm, power, d), r in res.items():
         resolved = r is not None and r["p"] < LEVEL
         if power == 2:  # two seeds a point (1 df): above the best on digits and text from δ = 2, none resolved
@@ -189,7 +160,7 @@ def test_digits_log_k_minus_042_behind_log_k_on_every_seed():
     for name in ("digits", "digits-he", "digits-unit"):
         runs = _doc(name)["runs"]
         for arm in ("shape", "level_set"):
-            r = _paired(_point(runs, arm, 0.42), _point(runs, "orthogonal"))
+            r = paired_t(_point(runs, arm, 0.42), _point(runs, "orthogonal"))
             assert r["df"] == 2 and r["min"] > 0, (name, arm, r)
             assert name != "digits" or r["p"] >= LEVEL, (arm, r)
             ps.append(r["p"])
@@ -205,7 +176,7 @@ def test_digits_lr_check_gap_on_every_seed_resolved_at_some_rates():
     doc = _doc("digits")
     runs = doc["runs"] + doc["lr_check"]
     orth = _point(doc["runs"], "orthogonal")
-    cells = [_paired(_point(runs, arm, 0.42, lr=lr), orth)
+    cells = [paired_t(_point(runs, arm, 0.42, lr=lr), orth)
              for arm in ("shape", "level_set") for lr in doc["grids"]["manifold"]]
     assert len(cells) == 8 and all(c["min"] > 0 for c in cells)
     assert 0 < sum(c["p"] < LEVEL for c in cells) < 8
@@ -223,7 +194,7 @@ def test_wide_and_deep_lead_over_delta_01():
             assert means == sorted(means), (name, arm, means)
             if name == "digits":
                 continue
-            at01, at042 = (_paired(_point(runs, arm, d), orth) for d in (0.1, 0.42))
+            at01, at042 = (paired_t(_point(runs, arm, d), orth) for d in (0.1, 0.42))
             assert at042["diff"] > at01["diff"] > 0, (name, arm)
             assert (at01["p"] < LEVEL) == (arm == "shape"), (name, arm, at01)
 
@@ -238,14 +209,14 @@ def test_start_check_signs_per_seed_and_no_shift():
         ps = []
         for runs in docs.values():
             for arm in ("shape", "level_set"):
-                r = _paired(_point(runs, arm, 0.42), _point(runs, "orthogonal"))
+                r = paired_t(_point(runs, arm, 0.42), _point(runs, "orthogonal"))
                 assert r["min"] * sign > 0 and r["max"] * sign > 0, (task, arm, r)
                 ps.append(r["p"])
                 smallest = min(smallest, abs(r["diff"]))
         assert 0 < sum(p < LEVEL for p in ps) < 4, (task, ps)
         points = {(r["method"], r["delta"]) for r in docs["he"]}
         for m, d in points:
-            shift = _paired(_point(docs["unit"], m, d), _point(docs["he"], m, d))
+            shift = paired_t(_point(docs["unit"], m, d), _point(docs["he"], m, d))
             assert shift["df"] == 2, (task, m, d)
             assert shift["p"] >= LEVEL, (task, m, d, shift)
             # 95 % t quantile with 2 df: sqrt(2) * q / sqrt(1 - q^2) at q = 0.95 inverts the closed form above
@@ -263,5 +234,5 @@ def test_text_best_fixed_point_against_the_free_optimizers():
     best = min(vals, key=lambda k: sum(vals[k]) / len(vals[k]))
     assert best[0] == "shape" and best[2] == 2 and len(vals[best]) == 2, best
     for m in ("muon", "adamw"):
-        r = _welch(vals[best], [x["test_loss"] for x in runs if x["method"] == m])
+        r = welch_t(vals[best], [x["test_loss"] for x in runs if x["method"] == m])
         assert r["diff"] > 0 and r["p"] >= LEVEL, (m, r)

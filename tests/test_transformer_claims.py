@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from helpers import gpt_study, mean_se
+from helpers import gpt_study, mean_se, welch_t
 
 
 def _cells(doc):
@@ -126,15 +126,8 @@ def test_pilot_lines_survive_without_seed_zero():
 
 
 def _welch_p(docs, seeds):
-    """Welch's t of each headline line (t and its Satterthwaite degrees of freedom by hand)."""
-    from scipy import stats
-
-    p = []
-    for x, y in _samples(docs, seeds):
-        (mx, sx), (my, sy) = mean_se(x), mean_se(y)
-        df = (sx**2 + sy**2) ** 2 / (sx**4 / (len(x) - 1) + sy**4 / (len(y) - 1))
-        p.append(2 * stats.t.sf(abs(mx - my) / math.hypot(sx, sy), df))
-    return p
+    """Welch's p of each headline line (helpers.welch_t: plain Python and mpmath's t tail, not the chapter's scipy)."""
+    return [welch_t(x, y)["p"] for x, y in _samples(docs, seeds)]
 
 
 def test_study_lines_without_seed_zero_by_welch_resolve_some_not_all():
@@ -147,15 +140,9 @@ def test_study_lines_without_seed_zero_by_welch_resolve_some_not_all():
 
 
 def test_pilot_lines_without_seed_zero_by_welch():
-    """Welch's t (t and its Satterthwaite degrees of freedom by hand): Muon - AdamW (the first line) and the
-    unit-scale fixed-entropy line (the last) have p of 0.07 and 0.09, the other six below 0.05."""
-    from scipy import stats
-
-    p = []
-    for x, y in _samples(_pilot(), (1, 2)):
-        (mx, sx), (my, sy) = mean_se(x), mean_se(y)
-        df = (sx**2 + sy**2) ** 2 / (sx**4 / (len(x) - 1) + sy**4 / (len(y) - 1))
-        p.append(2 * stats.t.sf(abs(mx - my) / math.hypot(sx, sy), df))
+    """Welch's t: Muon - AdamW (the first line) and the unit-scale fixed-entropy line (the last) have p of 0.07
+    and 0.09, the other six below 0.05."""
+    p = _welch_p(_pilot(), (1, 2))
     assert [f"{p[0]:.2f}", f"{p[-1]:.2f}"] == ["0.07", "0.09"], p
     assert all(q < 0.05 for q in p[1:-1]), p
 
