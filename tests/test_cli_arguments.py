@@ -257,7 +257,8 @@ def test_orthogonal_drift_writes_its_default_file_in_the_working_directory(tmp_p
     monkeypatch.setattr(orthogonal_drift, "run_one", lambda *a, **k: {"checkpoints": [1], "error": {"4": [0.0]},
                                                                         "seconds": 0.0})
     assert orthogonal_drift.main(["--steps", "1"]) == 0
-    doc = json.loads((tmp_path / "experiments" / "results" / "orthogonal-drift.json").read_text())
+    # --steps 1 is a custom run (tests/test_custom_runs.py): the -custom name, under the working directory
+    doc = json.loads((tmp_path / "experiments" / "results" / "orthogonal-drift-custom.json").read_text())
     assert doc["experiment"] == "orthogonal-drift" and len(doc["runs"]) == 12 and "torch" in doc["environment"]
 
 

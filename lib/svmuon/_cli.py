@@ -196,6 +196,23 @@ def output_folder(text: str) -> Path:
     return Path(text)
 
 
+def custom_options(parser: argparse.ArgumentParser, args: argparse.Namespace, selection: tuple[str, ...]) -> list[str]:
+    """The options among ``selection`` (destinations: what a run measures, not how long or where) whose values
+    differ from ``parser``'s defaults, as ``--name``: a run with any of them is *custom*, not the recorded one a
+    chapter reads, and without ``--output`` it writes a ``-custom`` file (:func:`custom_note`)."""
+    def plain(value: object) -> object:
+        return list(value) if isinstance(value, (list, tuple)) else value
+
+    return [f"--{d.replace('_', '-')}" for d in selection if plain(getattr(args, d)) != plain(parser.get_default(d))]
+
+
+def custom_note(path: Path, options: list[str]) -> None:
+    """Say (stdout, before any compute) where a custom run writes and why: a run with other ``options`` than the
+    recorded command's must not replace the file a chapter reads, nor become the newest one."""
+    print(f"{', '.join(options)} differ from the recorded run's: writing {path}, which the book does not read "
+          "(--output chooses the file)", flush=True)
+
+
 def refuse_repeats(parser: argparse.ArgumentParser, **options: list) -> None:
     """``parser.error`` (exit 2) if a list option holds a value twice (``--seeds 0 0`` would rerun a point)."""
     for name, values in options.items():

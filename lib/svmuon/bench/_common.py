@@ -81,20 +81,29 @@ def default_output(name: str, device: str = "cpu") -> Path:
     return default_results_dir("benchmarks") / f"{name}-{device}-{stamp}.json"
 
 
-def output_path(parser: Any, given: Path | None, name: str, device: str = "cpu", *, smoke: bool = False) -> Path:
+def output_path(parser: Any, given: Path | None, name: str, device: str = "cpu", *, smoke: bool = False,
+                custom: list[str] | tuple[str, ...] = ()) -> Path:
     """The results file of a run, checked before any compute (``parser.error``, exit 2, if it cannot be
     written): ``given`` (already checked by its ``type=``), else :func:`default_output`; a smoke run's default
-    is ``<name>-smoke-<device>-<date>.json`` in the system's temporary folder, never among the recorded results."""
+    is ``<name>-smoke-<device>-<date>.json`` in the system's temporary folder, never among the recorded results;
+    a custom run's (``custom``: the options that differ from the recorded command's,
+    :func:`svmuon._cli.custom_options`) is ``<name>-custom-<device>-<date>.json`` beside them, a name no chapter
+    reads (so a run of one section cannot replace the recorded file, nor become the newest one, which a chapter
+    would then read), said on stdout."""
+    from svmuon._cli import custom_note
     from svmuon.experiments.runs import check_output
 
     if given is not None:
         return Path(given)
-    path = default_output(f"{name}-smoke" if smoke else name, device)
+    path = default_output(f"{name}-smoke" if smoke else f"{name}-custom" if custom else name, device)
     if smoke:
         import tempfile
 
         path = Path(tempfile.gettempdir()) / "svmuon-smoke" / path.name
-    return check_output(parser, path)
+    path = check_output(parser, path)
+    if custom and not smoke:
+        custom_note(path, list(custom))
+    return path
 
 
 def parse_with_smoke(parser: Any, argv: list[str] | None, smoke: dict[str, Any]) -> Any:

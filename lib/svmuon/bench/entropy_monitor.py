@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from svmuon._cli import custom_options
 from svmuon._cli import describe, nonnegative_int, output_file, positive_int
 from svmuon._cli import device as device_arg
 from svmuon.bench._common import output_path, parse_with_smoke, synchronize, write_result
@@ -86,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_with_smoke(ap, argv, SMOKE)
     if args.every > args.steps:
         ap.error(f"argument --every: must be at most --steps ({args.steps}) for one record, got {args.every}")
-    path = output_path(ap, args.output, "entropy-monitor", args.device, smoke=args.smoke)
+    path = output_path(ap, args.output, "entropy-monitor", args.device, smoke=args.smoke,
+                       custom=custom_options(ap, args, ("steps", "every")))
     if args.threads:
         torch.set_num_threads(args.threads)
     r = measure("smoke" if args.smoke else "cpu", args.steps, args.every, args.device)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from scipy import stats
 
+from svmuon._cli import custom_options
 from svmuon._cli import device as device_arg
 from svmuon._cli import describe, int_at_least, output_file, positive_int
 from svmuon.bench._common import hardware, output_path, parse_with_smoke, synchronize, write_result
@@ -102,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-save", action="store_true", help="print only")
     args = parse_with_smoke(parser, argv, SMOKE)
     device = torch.device(args.device)
-    path = None if args.no_save else output_path(parser, args.output, "monte-carlo", device.type, smoke=args.smoke)
+    path = None if args.no_save else output_path(parser, args.output, "monte-carlo", device.type, smoke=args.smoke,
+                                                   custom=custom_options(parser, args, ("sizes",)))
     rows, load_before = [], os.getloadavg()
     print(f"{'n':>6} {'samples':>8} {'ours Mel/s':>11} {'numpy Mel/s':>12} {'ratio':>6} {'cpu':>5} {'ours MiB':>9} {'numpy MiB':>10}")
     for n in args.sizes:

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from svmuon._cli import custom_options
 from svmuon._cli import device as device_arg
 from svmuon._cli import describe, output_file, positive_int
 from svmuon.bench._common import output_path, parse_with_smoke, synchronize, time_call, write_result
@@ -154,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=positive_int, default=None,
                     help="torch CPU threads (default: torch's); 1 gives stable timings on a loaded shared machine")
     args = parse_with_smoke(ap, argv, SMOKE)
-    path = output_path(ap, args.output, "msign", torch.device(args.device).type, smoke=args.smoke)
+    path = output_path(ap, args.output, "msign", torch.device(args.device).type, smoke=args.smoke,
+                       custom=custom_options(ap, args, ("sizes", "muon_sizes", "dtype")))
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     dtype_name = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")

@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import torch
 
+from svmuon._cli import custom_options
 from svmuon._cli import describe, nonnegative_int, output_file, positive_int
 from svmuon.bench._common import host_syncs, interleaved, output_path, parse_with_smoke, write_result
 
@@ -123,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", type=output_file, default=None,
                     help="results file (default: benchmarks/results/; smoke runs: the temporary folder)")
     args = parse_with_smoke(ap, argv, SMOKE)
-    path = output_path(ap, args.output, "muon-step", "cpu", smoke=args.smoke)
+    path = output_path(ap, args.output, "muon-step", "cpu", smoke=args.smoke,
+                       custom=custom_options(ap, args, ("n", "skip_import")))
     if args.threads:
         torch.set_num_threads(args.threads)
     result = {"step": step_overhead(args.n, args.rounds)}

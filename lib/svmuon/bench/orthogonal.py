@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from svmuon._cli import custom_options
 from svmuon._cli import device as device_arg
 from svmuon._cli import describe, output_file, positive_int
 from svmuon.bench._common import output_path, paired, parse_with_smoke, write_result
@@ -120,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=output_file, default=None,
                         help="results file (default: benchmarks/results/; smoke runs: the temporary folder)")
     args = parse_with_smoke(parser, argv, SMOKE)
-    path = output_path(parser, args.output, "orthogonal", torch.device(args.device).type, smoke=args.smoke)
+    path = output_path(parser, args.output, "orthogonal", torch.device(args.device).type, smoke=args.smoke,
+                       custom=custom_options(parser, args, ("sizes", "count")))
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = []

@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from svmuon._cli import describe, nonnegative_float, output_file, positive_float, positive_int
 from svmuon._cli import seed as seed_arg
-from svmuon.experiments.runs import accuracy, check_output, default_output, environment, evaluate, load_digits, save
+from svmuon.experiments.runs import accuracy, default_file, environment, evaluate, load_digits, save
 from svmuon.experiments.runs import train_epoch, tune
 from svmuon.spectral.entropy import singular_value_entropy
 
@@ -223,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; writes the JSON results file and prints a one-line summary per optimizer."""
     parser = _parser()
     args = parser.parse_args(argv)
-    out = args.output or check_output(parser, default_output("experiments", f"{NAME}.json"))
+    out = args.output or default_file(parser, args, NAME, ("epochs", "batch_size", "weight_decay", "adamw_lrs",
+                                                          "muon_lrs", "tune_seeds", "seeds", "log_every"))
     cfg = {**DEFAULTS, "epochs": args.epochs, "batch_size": args.batch_size, "weight_decay": args.weight_decay,
            "adamw_lrs": args.adamw_lrs, "muon_lrs": args.muon_lrs, "tune_seeds": args.tune_seeds,
            "seeds": args.seeds, "log_every": args.log_every}

@@ -22,7 +22,7 @@ import time
 import torch
 
 from svmuon._cli import describe, output_file, positive_int
-from svmuon.experiments.runs import check_output, default_output, environment, save
+from svmuon.experiments.runs import default_file, environment, save
 
 NAME = "orthogonal-drift"
 METHODS = {
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"results file (default: experiments/results/{NAME}.json of the book's repository when "
                              "run inside it, else under the working directory)")
     args = parser.parse_args(argv)
-    out = args.output or check_output(parser, default_output("experiments", f"{NAME}.json"))
+    out = args.output or default_file(parser, args, NAME, ("steps",))
     torch.set_num_threads(1)
     rows = []
     for dtype in (torch.float32, torch.float64):

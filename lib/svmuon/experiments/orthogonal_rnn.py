@@ -28,7 +28,7 @@ import torch
 
 from svmuon._cli import describe, output_file, positive_int, refuse_repeats
 from svmuon._cli import seed as seed_arg
-from svmuon.experiments.runs import accuracy, check_output, default_output, environment, load_digits, save
+from svmuon.experiments.runs import accuracy, default_file, environment, load_digits, save
 from svmuon.experiments.runs import train_epoch, tune_then_seeds
 
 NAME = "orthogonal-rnn"
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                              "run inside it, else under the working directory)")
     args = parser.parse_args(argv)
     refuse_repeats(parser, seeds=args.seeds, methods=args.methods)
-    out = args.output or check_output(parser, default_output("experiments", f"{NAME}.json"))
+    out = args.output or default_file(parser, args, NAME, ("epochs", "seeds", "methods"))
     torch.set_num_threads(1)
     data = load_sequences()
     tuning, final = [], []

@@ -239,6 +239,21 @@ def default_output(kind: str, filename: str) -> Path:
     return default_results_dir(kind) / filename
 
 
+def default_file(parser: argparse.ArgumentParser, args: argparse.Namespace, name: str,
+                 selection: tuple[str, ...]) -> Path:
+    """The checked default results file of an experiment run without ``--output``:
+    ``experiments/results/<name>.json``, the recorded run a chapter reads; or, when an option in ``selection``
+    differs from its default (:func:`svmuon._cli.custom_options`), ``<name>-custom.json`` beside it, said on stdout,
+    so that a run of one task or one seed does not replace the recorded file."""
+    from svmuon._cli import custom_note, custom_options
+
+    custom = custom_options(parser, args, selection)
+    path = check_output(parser, default_output("experiments", f"{name}-custom.json" if custom else f"{name}.json"))
+    if custom:
+        custom_note(path, custom)
+    return path
+
+
 def check_output(parser: argparse.ArgumentParser, path: Path, option: str = "--output", *,
                  folder: bool = False) -> Path:
     """``path`` if results can be written there, else ``parser.error`` (exit 2) naming ``option`` and the

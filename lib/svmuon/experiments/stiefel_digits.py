@@ -45,7 +45,8 @@ import torch
 
 from svmuon._cli import describe, output_file, positive_int, refuse_repeats
 from svmuon._cli import seed as seed_arg
-from svmuon.experiments.runs import check_output, default_output, environment, evaluate, save, train_epoch
+from svmuon.experiments.runs import check_output, default_file, environment, evaluate, save
+from svmuon.experiments.runs import train_epoch
 from svmuon.experiments.runs import tune_then_seeds
 from svmuon.experiments.stiefel_tasks import GRIDS, OTHER_LR, STIEFEL_SOLVERS, TASKS, StiefelMLP, build
 from svmuon.experiments.stiefel_tasks import epoch_batches, load_task
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS), help="tasks (default: both)")
     parser.add_argument("--epochs", type=positive_int, default=None,
                         help="training epochs per run (default: the task's, 30 digits and 10 text)")
-    parser.add_argument("--seeds", type=seed_arg, nargs="+", default=None,
+    parser.add_argument("--seeds", type=seed_arg, nargs="+", default=[0, 1, 2],
                         help="seeds, one run per seed and method (default 0 1 2)")
     parser.add_argument("--methods", nargs="+", default=list(GRIDS), choices=list(GRIDS),
                         help="optimizers to compare (default: all)")
@@ -185,9 +186,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--note", default="", help="what the JSON should say about the machine while it ran")
     args = parser.parse_args(argv)
     smoke = SMOKE if args.smoke else None
-    args.seeds = args.seeds if args.seeds is not None else (smoke["seeds"] if smoke else [0, 1, 2])
+    if smoke:  # the smoke run's seeds unless --seeds is given
+        parser.set_defaults(seeds=smoke["seeds"])
+        args = parser.parse_args(argv)
     refuse_repeats(parser, seeds=args.seeds, methods=args.methods, tasks=args.tasks)
-    out = args.output or check_output(parser, _default_path(smoke))
+    if args.output is not None:
+        out = args.output
+    elif smoke:
+        out = check_output(parser, _default_path(smoke))
+    else:
+        out = default_file(parser, args, NAME, ("tasks", "epochs", "seeds", "methods"))
     torch.set_num_threads(1)
     doc: dict[str, Any] = {"experiment": NAME, "tasks": {}, "other_lr": OTHER_LR, "grids": GRIDS,
                            "solvers": {m: {k: str(v).removeprefix("torch.") if isinstance(v, torch.dtype) else v
@@ -206,9 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _default_path(smoke: dict | None):
-    if smoke is None:
-        return default_output("experiments", f"{NAME}.json")
+def _default_path(smoke: dict):
     import tempfile
     from pathlib import Path
 
