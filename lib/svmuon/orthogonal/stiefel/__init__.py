@@ -7,7 +7,8 @@ On ``St(m, n) = {W ∈ R^{m×n} : WᵀW = I_n}`` the unit steepest-ascent direct
   ``f(Y) = tr(M^{1/2})`` (thm-stiefel-reduction), the primal in the rotation ``Ω`` and its closed-form completion
   (prop-stiefel-primal), :class:`~svmuon.orthogonal.stiefel.reduction.StiefelSolution`;
 * :mod:`~svmuon.orthogonal.stiefel.completion`: ``solver="completion"``, the default: two closed-form stages,
-  feasible, within 0.7 % of the optimum on recorded real gradients (up to ~6 % on rank-one ones), two to three
+  feasible, within 0.64 % of the optimum at the benchmark's sampled steps of real training (up to 13 % on random
+  rank-one gradients), two to three
   Muon steps on a CPU (``work_dtype=torch.float32``: cheaper, with a larger gap);
 * :mod:`~svmuon.orthogonal.stiefel.newton`: ``solver="newton"``, the book's exact solver (Newton–CG on the
   smoothed dual), with its Hessian and preconditioned CG in :mod:`~svmuon.orthogonal.stiefel.hessian`;

@@ -14,12 +14,14 @@ It is exact in both limits: on the orthogonal group (``C = 0``: ``Φ = W msign(K
 gradient without rotational part (``K = 0``: ``Φ = msign(G⊥)``). In between it is a lower bound on the optimum;
 ``f(Y = 0) = tr(M₀^{1/2})``, an upper bound, comes for free from stage 1 and is returned as the certificate
 ``gap``. Measured on gradients recorded from real training (the chapter "The Stiefel case", ``python -m
-svmuon.bench stiefel``) the value is within 0.14-0.64 % of the optimum
-(digits, text and text-wide, whose 1024 × 256 layers give the largest);
-on random rank-one gradients (measured, float64) within 1.5 % at the median and 5.7 % at worst, the mixed case
-farthest from both exact limits.
+svmuon.bench stiefel``) the value is within 0.14-0.64 % of the optimum at the benchmark's sampled steps
+(digits, text and text-wide, whose 1024 × 256 layers give the largest), 1.0 % on the chapter's first digits
+gradient of ``W₁``;
+random rank-one gradients, a mixed case far from both exact limits, can be much farther (measured in float64
+against the SDP, 40 draws on each of St(8, 3), St(12, 5), St(6, 4) and St(10, 2): 0.6 % at the median, up to 13 %
+on St(10, 2), whose own median is 5.8 %).
 
-Cost: two n × n eigendecompositions and two Cholesky factorisations in float64, six m × n × n products (five of them
+Cost: two n × n eigendecompositions and one Cholesky factorisation in float64, six m × n × n products (five of them
 in float64, so that ``G⊥`` is orthogonal to range(W) and agrees with its Gram matrix to float64 rounding: ``N`` can
 have large entries where ``G⊥`` is nearly rank-deficient, and float32 rounding there would become a tangent
 residual: ``reduction._reduce_consistent``). ``work_dtype=torch.float32`` (``_low_precision``) does all of it in
