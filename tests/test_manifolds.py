@@ -124,6 +124,14 @@ def test_orthogonal_options():
         Orthogonal(solver="x")
 
 
+def test_skew_direction_refuses_a_matrix_that_is_not_a_point(gen):
+    """As steepest_direction: the formula Φ = W msign([WᵀG]_skew) holds at points only (it returned an answer for a
+    Gaussian W before)."""
+    W = torch.randn(4, 4, generator=gen, dtype=torch.float64)
+    with pytest.raises(ValueError, match="not a point of Orthogonal.*project"):
+        M.skew_direction(W, torch.randn(4, 4, generator=gen, dtype=torch.float64))
+
+
 def test_bad_input_regressions(gen):
     # reviewer probe: NaN inputs, huge/str eta and mismatched shapes used to give NaN or raw torch errors
     W = _random_orthogonal(4, gen)

@@ -290,6 +290,13 @@ def _corrupt(info, sd, what):
         for key, value in sd["state"][0].items():
             if isinstance(value, torch.Tensor) and value.shape == p0.shape:
                 sd["state"][0][key] = torch.zeros(2, 2, dtype=F64)
+    elif what == "expanded buffer":  # stride 0: a step's in-place write into it would fail mid-commit
+        p0 = info.params()[0]
+        for key, value in sd["state"][0].items():
+            if isinstance(value, torch.Tensor) and value.shape == p0.shape:
+                sd["state"][0][key] = value[:1].expand(value.shape)
+    elif what == "state not a dict":
+        sd["state"][0] = None
     elif what in ("lr", "momentum"):
         sd["param_groups"][0][what] = -1.0 if what == "lr" else 2.0
     elif what == "skipped_steps":
@@ -303,6 +310,7 @@ def _corrupt(info, sd, what):
 
 
 @pytest.mark.parametrize("what,words", [("buffer shape", r"params'\]\[0\].*shape"), ("lr", "lr must"),
+                                        ("expanded buffer", "share memory"), ("state not a dict", "must be a dict"),
                                         ("momentum", "momentum"), ("skipped_steps", "skipped_steps"),
                                         ("foreign", "another optimizer")])
 def test_malformed_state_dict_is_refused_by_name_and_changes_nothing(info, what, words):
@@ -316,6 +324,15 @@ def test_malformed_state_dict_is_refused_by_name_and_changes_nothing(info, what,
     assert_unchanged(opt, ps, snap)
     assert [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups] == groups
     run(opt, ps, 1, start=2)  # still usable
+
+
+def test_a_parameter_whose_entries_share_memory_is_refused_at_construction(info):
+    """An expand()ed parameter: a step could not write it in place, and torch's error would come in the middle of
+    the commit, after the other parameters were written (found: the weights moved, the momentum was lost)."""
+    ps = info.params()
+    shared = torch.nn.Parameter(ps[0].detach()[:1].expand(ps[0].shape))
+    with pytest.raises(ValueError, match=r"share memory.*\.clone\(\)"):
+        info.make([ps[1] if len(ps) > 1 else ps[0], shared])
 
 
 # -- hyperparameters -----------------------------------------------------------------------------------------------

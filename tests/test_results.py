@@ -163,3 +163,12 @@ def test_non_finite_floats_are_written_as_null_in_strict_json(tmp_path):
         assert results.load(path) == doc
     results.write(path, {"text": "NaN"})  # only a string matched: the same text as json.dumps
     assert path.read_text() == json.dumps({"text": "NaN"}, indent=1) + "\n"
+
+
+def test_read_accepts_the_name_with_json_as_path_does():
+    """path() strips a trailing ".json"; read() compared the tool's field with the name as given and called the file
+    another tool's."""
+    from svmuon import results
+
+    name = results.names("experiments")[0]
+    assert results.read("experiments", name + ".json") == results.read("experiments", name)

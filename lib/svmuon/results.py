@@ -165,7 +165,8 @@ def read(kind: str, name: str, *, root: str | os.PathLike | None = None) -> dict
         ValueError: a bad ``kind`` or ``name``.
     """
     file = path(kind, name, root=root)
-    return load(file, expect={_FIELD[kind]: name})
+    # path() accepts a trailing ".json"; the tool's field names the result without it
+    return load(file, expect={_FIELD[kind]: name.removesuffix(".json")})
 
 
 # --------------------------------------------------------------------------------------------- writing

@@ -62,6 +62,16 @@ def check_param(p: Any, label: str, optimizer: str) -> None:
     if p.numel() == 0:
         raise ValueError(f"{optimizer}: {label} is empty (shape {tuple(p.shape)})")
     check_device(p, f"{optimizer}: {label}")  # a step would fail inside torch on its first read
+    if shares_entries(p):
+        raise ValueError(f"{optimizer}: {label} has entries that share memory (stride {p.stride()}: an expand()ed "
+                         "tensor?), which a step cannot write in place; pass a contiguous copy (.clone())")
+
+
+def shares_entries(t: torch.Tensor) -> bool:
+    """Whether two entries of ``t`` are one memory location (a stride 0 along a dimension longer than 1, as
+    ``expand`` makes): an in-place write into it raises inside torch, which would come in the middle of a
+    step's commit, after other tensors were written."""
+    return any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape))
 
 
 class Label(str):
@@ -283,7 +293,10 @@ class MatrixOptimizer(torch.optim.Optimizer):
                 labels = Labels(index, group, list(range(len(group["params"]))))
                 for i, p in enumerate(group["params"]):
                     if p in self.state:
-                        self._check_state(p, self.state[p], f"{name}.load_state_dict: the state of {labels[i]}")
+                        where = f"{name}.load_state_dict: the state of {labels[i]}"
+                        if not isinstance(self.state[p], dict):  # torch casts what it is given
+                            raise ValueError(f"{where} must be a dict, got {type(self.state[p]).__name__}")
+                        self._check_state(p, self.state[p], where)
         except Exception:
             self.state, self.param_groups = old_state, old_groups
             raise
@@ -305,6 +318,9 @@ class MatrixOptimizer(torch.optim.Optimizer):
         if not isinstance(buf, torch.Tensor) or tuple(buf.shape) != tuple(p.shape):
             got = f"shape {tuple(buf.shape)}" if isinstance(buf, torch.Tensor) else type(buf).__name__
             raise ValueError(f"{label}: {key} must be a tensor of the parameter's shape {tuple(p.shape)}, got {got}")
+        if shares_entries(buf):
+            raise ValueError(f"{label}: {key} has entries that share memory (stride {buf.stride()}), which a step "
+                             "cannot write in place; load a contiguous copy")
 
 
 def _plain_options(group: dict[str, Any]) -> None:

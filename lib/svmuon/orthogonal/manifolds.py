@@ -175,13 +175,15 @@ class Orthogonal(Manifold):
 
         Raises:
             TypeError: non-float ``W`` or ``G``.
-            ValueError: non-square, empty, non-finite or shape-mismatched ``W`` or ``G``.
+            ValueError: non-square, empty, non-finite or shape-mismatched ``W`` or ``G``; ``W`` not a point
+                (``‖WᵀW - I‖_max > √eps`` of its dtype, as :meth:`steepest_direction`).
         """
         from svmuon.orthogonal.msign import power_of_two_scale
 
         Wt, _ = _matrix(W, "W")
         Gt, was_numpy = _matrix(G, "G")
         check_pair(Wt, "W", Gt, "G")
+        self._require_point(Wt)
         shape = torch.broadcast_shapes(Wt.shape, Gt.shape)
         flat = lambda T: T.expand(shape).reshape(-1, *shape[-2:])  # noqa: E731
         Gf = flat(Gt)
