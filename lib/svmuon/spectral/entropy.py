@@ -231,15 +231,16 @@ _GRADIENTS = """
         Σ_i (∂H/∂σ_i) u_i v_iᵀ (``torch.linalg.svdvals`` has a stable backward, also for repeated singular
         values). Singular values at or below ``rtol · σ_1`` count as zeros and get a zero gradient (the value
         does not depend on them there); with ``rtol=0.0`` every positive singular value counts and the
-        function is smooth on full-rank matrices, e.g. for a float32 matrix of condition number 1e7, whose
-        smallest singular value lies below the default float32 threshold. No derivative exists where some
-        σ_i / σ_1 equals ``rtol`` (the value jumps), at a zero singular value with ``rtol=0.0`` for every q > 0
-        with ``power=1`` and for q <= 1/2 with ``power=2`` (a zero σ_n moved to ``|t|`` gives the normaliser
-        Σσ^P a kink for P <= 1 and ``p_n^q = |t|^(Pq)`` an infinite slope for Pq <= 1: autograd returns the
-        gradient along the matrices of the same rank), and for q = inf where σ_1 is repeated (autograd returns the
-        gradient for one top singular pair). q = 0 is piecewise constant: gradient 0. q = 2 with ``power=2`` (the participation
-        ratio) is computed from traces without an SVD, -log(‖WᵀW‖_F² / ‖W‖_F⁴), and is smooth at every
-        non-zero W, rank-deficient ones included (used whenever ``rtol`` is None or 0).
+        function is smooth on full-rank matrices for q < inf, e.g. for a float32 matrix of condition number
+        1e7, whose smallest singular value lies below the default float32 threshold. No derivative exists
+        where some σ_i / σ_1 equals ``rtol`` (the value jumps), at a zero singular value with ``rtol=0.0`` for
+        every q > 0 with ``power=1`` and for q <= 1/2 with ``power=2`` (a zero σ_n moved to ``|t|`` gives the
+        normaliser Σσ^P a kink for P <= 1, and ``p_n^q = |t|^(Pq) / (Σσ^P)^q`` an infinite slope for Pq < 1
+        and a kink at Pq = 1: autograd returns the gradient along the matrices of the same rank), and for
+        q = inf where σ_1 is repeated (autograd returns the gradient for one top singular pair). q = 0 is
+        piecewise constant: gradient 0. q = 2 with ``power=2`` (the participation ratio) is computed from
+        traces without an SVD, -log(‖WᵀW‖_F² / ‖W‖_F⁴), and is smooth at every non-zero W, rank-deficient
+        ones included (used whenever ``rtol`` is None or 0).
 """
 
 
