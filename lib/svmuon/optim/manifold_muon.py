@@ -38,7 +38,10 @@ spectrum with a pair below its design range; bf16 on CUDA) scales an eigen-direc
 ``√(1 + σ²(σ²-1)(s-1)²)``, ``s = 1/√(1+η²)``: a drift of at most ``0.644 (s-1)² ≈ 0.644 η⁴/4`` per step with
 the quintic (``0.644 = max σ²|σ²-1|`` over its band), ``2e-2`` after 10,000 steps at η = 0.1. One Björck
 step maps an error ``ε`` to ``≈ 3ε²/4``, so a per-step correction holds every schedule at rounding level,
-for two n×n matmuls against 15–30 in the Newton–Schulz msign itself. ``polar_every=0`` switches it off
+for two n×n matmuls against 15–30 in the Newton–Schulz msign itself; a step long enough that one would leave more
+than rounding (``3ε²/4 > 16u`` for the bound ``ε`` at ``lr``: with Keller Jordan's band from ``lr = 0.03`` in
+float64, above about ``0.3`` in float32) gets as many as bring it there, two products each (``functional._corrections``; with a tensor ``lr``,
+which is not read on the host, one). ``polar_every=0`` switches it off
 (float64 with an exact msign does not need it: ~3e-14 after 10,000 steps); the Gram matrix of the point
 check is then one extra product per step.
 

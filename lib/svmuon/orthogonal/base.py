@@ -501,17 +501,26 @@ class Manifold:
         """Fresh solver state for a canonical batch ``W`` ``(k, m, n)`` (protocol; default: none)."""
         return {}
 
-    def stabilize(self, W: torch.Tensor, correct: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(W + W(I - WᵀW)/2 if correct else W, max|WᵀW - I|)`` for canonical ``(k, m, n)`` (protocol): one Gram
-        matrix, one more product for the Björck step (bjorck1971iterative; an error ε becomes ≈ 3ε²/4)."""
-        R = torch.baddbmm(eye_like(W).expand(W.shape[0], -1, -1), W.mT, W, alpha=-1.0)  # I - WᵀW
+    def stabilize(self, W: torch.Tensor, correct: bool | int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(W after `correct` Björck steps W + W(I - WᵀW)/2, max|WᵀW - I| before them)`` for canonical
+        ``(k, m, n)`` (protocol; ``True`` is one step): one Gram matrix, one more product for the first step, two for
+        each further one (bjorck1971iterative; an error ε becomes ≈ 3ε²/4)."""
+        eye = eye_like(W).expand(W.shape[0], -1, -1)
+        R = torch.baddbmm(eye, W.mT, W, alpha=-1.0)  # I - WᵀW
         defect = _max_abs(R)
-        if correct:
+        for k in range(int(correct)):
+            if k:
+                R = torch.baddbmm(eye, W.mT, W, alpha=-1.0)
             W = torch.baddbmm(W, W, R, alpha=0.5)
         return W, defect
 
     def step_slack(self, eta: torch.Tensor, orthogonalize: Any) -> torch.Tensor | float:
         """A bound on the defect one retraction adds by itself (protocol; default 0)."""
+        return 0.0
+
+    def step_slack_bound(self, eta: float, orthogonalize: Any) -> float:
+        """:meth:`step_slack` for a host step length ``eta`` (a float, no tensor: no host synchronisation), which
+        decides how many Björck steps a corrected retraction takes (protocol; default 0)."""
         return 0.0
 
     def start_defect(self, W: torch.Tensor) -> torch.Tensor | None:

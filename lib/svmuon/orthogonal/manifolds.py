@@ -157,6 +157,11 @@ class Orthogonal(Manifold):
         _, c = _retraction_scalars(eta)
         return (factor * c * c).flatten()  # eq-orth-drift: factor · (s-1)²
 
+    def step_slack_bound(self, eta: float, orthogonalize: Any) -> float:
+        r = math.hypot(1.0, eta)
+        c = (eta / r) * (eta / (1.0 + r))  # 1 - s, without cancellation (as _retraction_scalars)
+        return drift_factor(getattr(orthogonalize, "sigma_range", (0.0, 1.0))) * c * c
+
     # -- public methods specific to O(n) ---------------------------------------------------------------------
     def skew_direction(self, W: Any, G: Any, *, orthogonalize: Any = None) -> Any:
         """``O = msign([WᵀG]_skew)``, the factor with ``Φ = W O`` (eq-orth-direction); exactly skew.

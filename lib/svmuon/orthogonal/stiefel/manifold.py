@@ -262,7 +262,7 @@ class Stiefel(Manifold):
         """Polar retraction of ``-ηΦ`` (``step = Φ``) for any ``Φ`` (:func:`~svmuon.orthogonal.stiefel.retraction.polar_retraction`)."""
         return polar_retraction(W, step, eta, eta_max)
 
-    def stabilize(self, W: torch.Tensor, correct: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def stabilize(self, W: torch.Tensor, correct: bool | int) -> tuple[torch.Tensor, torch.Tensor]:
         """The defect ``max|WᵀW - I|`` of the retracted point (one Gram matrix); no correction: the polar retraction
         is computed from the Gram matrix of the actual ``W - ηΦ``, so it returns a point orthonormal to rounding
         whatever drift ``W`` had, and drift cannot accumulate (``polar_every`` has nothing to add here)."""
