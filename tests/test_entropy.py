@@ -614,3 +614,14 @@ def test_a_meta_tensor_is_refused_by_name():
         shannon_entropy(torch.empty(4, device="meta"))
     with pytest.raises(ValueError, match="W is a meta tensor .no values."):
         singular_value_entropy(torch.empty(4, 3, device="meta"))
+
+
+def test_effective_rank_at_q0_is_the_integer_rank():
+    """q = 0 is the numerical rank (the docstring): the count itself, equal to torch.linalg.matrix_rank, not
+    exp(log r) one rounding away from it (30.000000000000004 before)."""
+    from svmuon import effective_rank
+
+    gen = torch.Generator().manual_seed(5)
+    for n, r in ((40, 30), (10, 5), (64, 64)):
+        W = torch.randn(n, r, generator=gen, dtype=torch.float64) @ torch.randn(r, n, generator=gen, dtype=torch.float64)
+        assert float(effective_rank(W, 0)) == int(torch.linalg.matrix_rank(W))

@@ -172,3 +172,40 @@ def test_read_accepts_the_name_with_json_as_path_does():
 
     name = results.names("experiments")[0]
     assert results.read("experiments", name + ".json") == results.read("experiments", name)
+
+
+def test_lock_makes_another_thread_wait(tmp_path):
+    """Re-entrant per thread, not per process: a second thread waits for the first (it entered at once and its
+    release raised KeyError, the lock file already gone)."""
+    import threading
+    import time
+
+    from svmuon import results
+
+    f = tmp_path / "x.json"
+    events, errors = [], []
+    held = threading.Event()
+
+    def first():
+        with results.lock(f):
+            held.set()
+            time.sleep(0.3)
+            events.append("first out")
+
+    def second():
+        held.wait()
+        try:
+            with results.lock(f, wait_message=False):
+                events.append("second in")
+                with results.lock(f):  # re-entrant in its own thread
+                    pass
+        except Exception as err:  # noqa: BLE001 (the test reports whatever it was)
+            errors.append(err)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert errors == [] and events == ["first out", "second in"]
+    assert not (tmp_path / "x.json.lock").exists()

@@ -433,3 +433,26 @@ def test_cuda_fast_path():
         opt.step()
     assert ps[0].dtype == torch.float32
     assert float(M.defect(ps[0].detach())) <= 1e-5
+
+
+def test_a_per_call_transpose_wide_false_refuses_a_wide_point():
+    """steepest_direction(..., transpose_wide=False) applies the call's rule, as Stiefel(transpose_wide=False) does
+    (it solved the wide problem)."""
+    S = Stiefel()
+    W = S.random(3, 6, dtype=torch.float64)
+    with pytest.raises(ValueError, match="tall or square"):
+        S.steepest_direction(W, torch.randn(3, 6, dtype=torch.float64), transpose_wide=False)
+
+
+def test_a_float64_parameter_with_a_float32_solver_is_refused_at_construction():
+    """Stiefel(work_dtype=torch.float32) cannot solve float64 points; the optimizer says so naming the parameter
+    before any step (the step raised a TypeError that named none)."""
+    W = torch.nn.Parameter(Stiefel().random(8, 3, dtype=torch.float64))
+    with pytest.raises(TypeError, match=r"params'\]\[0\].*float64.*work_dtype"):
+        ManifoldMuon([W], lr=0.1, manifold=Stiefel(work_dtype=torch.float32))
+    ManifoldMuon([torch.nn.Parameter(W.detach().float())], lr=0.1, manifold=Stiefel(work_dtype=torch.float32))
+
+
+def test_tangent_residual_names_batches_that_do_not_broadcast():
+    with pytest.raises(ValueError, match="W .* and Phi .* are not broadcastable"):
+        tangent_residual(torch.randn(3, 6, 2, dtype=torch.float64), torch.randn(2, 6, 2, dtype=torch.float64))

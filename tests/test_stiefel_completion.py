@@ -162,8 +162,14 @@ def test_the_float32_work_dtype_refuses_float64_inputs(gen):
     W, G = _instance(gen, 12, 5)
     with pytest.raises(TypeError, match="work_dtype=torch.float32 needs float32 points and gradients, got float64"):
         stiefel_direction(W, G, work_dtype=torch.float32)
+    # the optimizer refuses such a parameter before any step (tests/test_stiefel.py names it); one added to
+    # param_groups by hand still reaches the solver's refusal, and a refused step changes nothing
     p = torch.nn.Parameter(W.clone())
-    opt = ManifoldMuon([p], lr=0.1, manifold=Stiefel(work_dtype=torch.float32))
+    with pytest.raises(TypeError, match="work_dtype=torch.float32"):
+        ManifoldMuon([p], lr=0.1, manifold=Stiefel(work_dtype=torch.float32))
+    q = torch.nn.Parameter(W.float())
+    opt = ManifoldMuon([q], lr=0.1, manifold=Stiefel(work_dtype=torch.float32))
+    opt.param_groups[0]["params"] = [p]
     p.grad = G.clone()
     with pytest.raises(TypeError, match="work_dtype=torch.float32"):
         opt.step()

@@ -171,7 +171,9 @@ def read(kind: str, name: str, *, root: str | os.PathLike | None = None) -> dict
 
 # --------------------------------------------------------------------------------------------- writing
 
-_held: dict[Path, list] = {}  # lock files this process holds: resolved path -> [fd, depth] (re-entrant)
+# lock files held: (resolved path, thread) -> [fd, depth]; re-entrant per thread, and another thread of this
+# process waits on flock like another process (flock locks belong to the open file, not to the process)
+_held: dict[tuple[Path, int], list] = {}
 _held_guard = threading.Lock()
 
 
@@ -184,7 +186,8 @@ def lock(file: str | os.PathLike, *, wait_message: bool = True) -> Iterator[Path
     """Hold an exclusive lock on the results file ``file`` (``fcntl.flock`` on ``<file>.lock`` beside it).
 
     A second process asking for the same lock waits until the first releases it (a line on stderr says so).
-    Re-entrant within a process (a :func:`write` inside ``with lock(file):`` does not wait for itself). The
+    Re-entrant within a thread (a :func:`write` inside ``with lock(file):`` does not wait for itself); another
+    thread waits as another process does. The
     lock file is removed on release; one left by a killed process holds no lock and is reused. Missing
     parent folders are created.
 
@@ -195,7 +198,7 @@ def lock(file: str | os.PathLike, *, wait_message: bool = True) -> Iterator[Path
 
     target = _lock_path(Path(file).absolute())
     target.parent.mkdir(parents=True, exist_ok=True)
-    key = target.resolve()
+    key = (target.resolve(), threading.get_ident())
     with _held_guard:
         if key in _held:
             _held[key][1] += 1

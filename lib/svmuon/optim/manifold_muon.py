@@ -204,6 +204,9 @@ class ManifoldMuon(MatrixOptimizer):
         error = self.manifold.shape_error(tuple(p.shape))
         if error is not None:
             raise ValueError(f"{name}: {label} is not a point of {type(self.manifold).__name__}: {error}{self._hint()}")
+        error = self.manifold.dtype_error(p.dtype)
+        if error is not None:
+            raise TypeError(f"{name}: {label} has dtype {p.dtype}: {error}")
 
     @staticmethod
     def _check_atol_floor(group: dict[str, Any]) -> None:

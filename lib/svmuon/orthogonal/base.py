@@ -54,9 +54,12 @@ Subclass :class:`Manifold` and implement
 * ``retract_direction(W, step, eta, eta_max) -> W_new``: the retraction of ``-eta Φ``; ``eta`` is a tensor of
   shape ``(k, 1, 1)``, ``eta_max`` a host float bound on it (the learning rate), which may pick the method.
 * ``stabilize(W, correct) -> (W, defect)``: ``defect = max|WᵀW - I|`` per matrix (``(k,)``, before
-  correction) and, if ``correct``, the corrected point (default: one Björck step from one Gram matrix).
+  correction) and the point after ``correct`` corrections (a count; ``True`` is one; default: Björck steps).
 * ``step_slack(eta, orthogonalize) -> Tensor | float``: a bound on the defect one retraction may add by itself
-  (e.g. because a Newton–Schulz ``Φ`` is not an exact partial isometry). Default: 0.
+  (e.g. because a Newton–Schulz ``Φ`` is not an exact partial isometry). Default: 0. ``step_slack_bound(eta,
+  orthogonalize) -> float``: the same for a host float ``eta`` (it sets the number of corrections). Default: 0.
+* ``dtype_error(dtype) -> str | None``: why a parameter of this dtype cannot be solved with the manifold's
+  options (the optimizer refuses it at construction). Default: ``None``.
 * ``start_defect(W) -> Tensor | None``: ``max|WᵀW - I|`` of the point *before* the step (``(k,)``), checked
   with the same tolerance, for a manifold whose retraction returns a point from any ``W`` (the Stiefel polar
   retraction from the Gram matrix of ``W - ηΦ``), where the retracted point's defect cannot show that ``W``
@@ -223,6 +226,11 @@ class Manifold:
         if len(shape) < 2 or 0 in shape:
             return f"a point must be a non-empty matrix (..., m, n), got shape {tuple(shape)}"
         return self._shape_error(tuple(shape))
+
+    def dtype_error(self, dtype: torch.dtype) -> str | None:
+        """Why a point of this dtype cannot be solved here with this manifold's options (a sentence), or ``None``
+        (protocol: the optimizer refuses such a parameter at construction; default ``None``)."""
+        return None
 
     def defect(self, W: Any) -> torch.Tensor:
         """``‖WᵀW - I‖_max`` per matrix (of the canonical form), shape ``(...)``, accumulated in float64.

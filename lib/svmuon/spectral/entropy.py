@@ -317,7 +317,10 @@ def effective_rank(W: Any, q: float = 1.0, power: float = 1, *, rtol: float | No
         roy2007effective, su2025entropy.
     """
     h, dtype, was_numpy, _ = _spectral_entropy(W, q, power, rtol)
-    return _finish(torch.exp(h), dtype, was_numpy)
+    r = torch.exp(h)
+    if isinstance(q, (int, float)) and q == 0:  # exp(log r) is r to one rounding: the count itself, an integer
+        r = r.round()
+    return _finish(r, dtype, was_numpy)
 
 
 def stable_rank(W: Any) -> torch.Tensor | np.ndarray:

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import torch
 
 from svmuon._validation import as_tensor, check_finite, check_float, check_matrix
+from svmuon.orthogonal.base import check_pair
 from svmuon.orthogonal.stiefel.dispatch import solve
 from svmuon.orthogonal.stiefel.options import StiefelOptions
 from svmuon.orthogonal.stiefel.reduction import WORK_DTYPE, StiefelSolution, _reduce, _residual, _spectrum, _sym
@@ -197,7 +198,8 @@ def tangent_residual(W: Any, Phi: Any) -> Any:
     them) ``‖WΦᵀ + ΦWᵀ‖_F``, the residual of the tall transposes.
 
     Raises:
-        TypeError: non-float inputs. ValueError: different matrix shapes, non-finite entries.
+        TypeError: non-float inputs. ValueError: different matrix shapes, batches that do not broadcast,
+            non-finite entries.
     """
     Wt, _ = as_tensor(W, "W")
     Pt, was_numpy = as_tensor(Phi, "Phi")
@@ -205,8 +207,7 @@ def tangent_residual(W: Any, Phi: Any) -> Any:
         check_float(T, name)
         check_matrix(T, name)
         check_finite(T, name)
-    if Wt.shape[-2:] != Pt.shape[-2:]:
-        raise ValueError(f"W and Phi must have the same matrix shape, got {tuple(Wt.shape)} and {tuple(Pt.shape)}")
+    check_pair(Wt, "W", Pt, "Phi")  # one matrix shape, broadcastable batches
     Wt = Wt.to(Pt.dtype)
     if Wt.shape[-2] < Wt.shape[-1]:  # orthonormal rows: the tall transpose's residual
         Wt, Pt = Wt.mT, Pt.mT

@@ -85,12 +85,20 @@ class Stiefel(Manifold):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- points ---------------------------------------------------------------------------------------------
-    def _shape_error(self, shape: tuple[int, ...]) -> str | None:
+    def _shape_error(self, shape: tuple[int, ...], transpose_wide: bool | None = None) -> str | None:
         m, n = shape[-2:]
-        if m < n and not self.options.transpose_wide:
+        wide_ok = self.options.transpose_wide if transpose_wide is None else transpose_wide
+        if m < n and not wide_ok:
             return (f"a point of St(m, n) must be tall or square (..., m, n) with m >= n, got {m} x {n} "
                     "(a wide matrix with orthonormal rows is accepted with Stiefel(transpose_wide=True), "
                     "or pass its transpose)")
+        return None
+
+    def dtype_error(self, dtype: torch.dtype) -> str | None:
+        if self.options.work_dtype == torch.float32 and dtype == torch.float64:
+            return ("Stiefel(work_dtype=torch.float32) solves float32 points and gradients only (a float64 "
+                    "gradient's small tangent part would be lost to float32 rounding); use float32 parameters or "
+                    "the default work_dtype")
         return None
 
     def transposed(self, shape: tuple[int, ...]) -> bool:
@@ -159,6 +167,9 @@ class Stiefel(Manifold):
         Wt, _ = as_matrix(W, "W")
         Gt, was_numpy = as_matrix(G, "G")
         self._require_shape(Wt, "W")
+        err = self._shape_error(tuple(Wt.shape), opts.transpose_wide)  # this call's rule, if it overrides it
+        if err is not None:
+            raise ValueError(f"W: {err}")
         check_pair(Wt, "W", Gt, "G")
         self._require_point(Wt)
         if Gt.dtype not in (torch.float32, torch.float64):
