@@ -235,7 +235,7 @@ def manifold_muon_updates(
       ``P_W(U)`` only;
     * the step length ``η = lr · min(1, ‖P_W(U)‖_F / (eps ‖U‖_F))`` (the eps rule of the module docstring);
     * ``manifold.retract_direction``, then ``manifold.stabilize``, which forms ``W'ᵀW'`` once to measure the
-      defect and (where ``correct``) applies one Björck step, or more for a long step (:func:`_corrections`). The
+      defect and (where ``correct``) applies one Björck step, or more for a long step (``_corrections``). The
       point must have been on the manifold: the step
       is refused if the defect exceeds ``2 (atol + drift) + slack`` (``drift`` the defect left by the previous
       uncorrected step, ``slack = manifold.step_slack(η, orthogonalize)``).

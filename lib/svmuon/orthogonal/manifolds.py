@@ -181,7 +181,7 @@ class Orthogonal(Manifold):
         Raises:
             TypeError: non-float ``W`` or ``G``.
             ValueError: non-square, empty, non-finite or shape-mismatched ``W`` or ``G``; ``W`` not a point
-                (``‖WᵀW - I‖_max > √eps`` of its dtype, as :meth:`steepest_direction`).
+                (``‖WᵀW - I‖_max > √eps`` of its dtype, as ``steepest_direction``).
         """
         from svmuon.orthogonal.msign import power_of_two_scale
 
