@@ -272,7 +272,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"--sync-rounds {args.sync_rounds}")
     if args.samples >= args.steps:
         parser.error(f"argument --samples: must be below --steps ({args.steps}), got {args.samples}")
-    path = output_path(parser, args.output, name, smoke=args.smoke, custom=custom_options(parser, args, SELECTION))
+    # the wide record's steps and samples are part of what it is (the chapter asserts them)
+    selection = SELECTION + (("steps", "samples") if name == "stiefel-wide" else ())
+    path = output_path(parser, args.output, name, smoke=args.smoke, custom=custom_options(parser, args, selection))
     threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     try:

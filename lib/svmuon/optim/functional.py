@@ -362,10 +362,11 @@ def _plan_manifold_batch(plan: StepPlan, idx: list[int], params, grads, buffers,
 
 def _corrections(manifold: Any, orthogonalize: Any, lr_max: float | None, dtype: torch.dtype) -> int:
     """How many Björck steps follow a corrected retraction: one, or (with a host bound on the step length) as many
-    as bring the most one step can add, ``ε = manifold.step_slack(lr_max)`` (eq-orth-drift), to rounding level,
+    as bring the most one step can add, ``ε = manifold.step_slack_bound(lr_max)`` (eq-orth-drift), to rounding level,
     ``16 u``, each mapping ``ε`` to ``3ε²/4``. One suffices for short steps (``lr = 0.02``: ``ε ≈ 3e-8`` with Keller
     Jordan's band); at ``lr = 0.5`` the band's ``7e-3`` would leave ``4e-5`` after one (measured ``8e-6`` in float64,
-    accepted by the point check's slack). At most 6: ``ε < 1`` for ``η < 1.3``, where the iteration converges."""
+    accepted by the point check's slack). At most 6 (the bound is below 1 for the schedules' bands, where the
+    iteration converges quadratically)."""
     if lr_max is None:
         return 1
     e, target, count = manifold.step_slack_bound(lr_max, orthogonalize), 16 * torch.finfo(dtype).eps, 1

@@ -17,7 +17,8 @@ one step is
    retraction returns a point from any ``W``, the Stiefel one, one of the point before the step:
    ``manifold.start_defect``): its defect must be
    at most ``2 (atol + drift) + slack`` (else the point was scaled or overwritten since the last step and
-   the step is refused), and every ``polar_every`` steps one Björck step ``W <- W(3I - WᵀW)/2`` follows.
+   the step is refused), and every ``polar_every`` steps one Björck step ``W <- W(3I - WᵀW)/2`` follows (more for
+   a long step, below).
 
 Why the buffer is tangent (thm-tangent-momentum in the chapter "Muon on the orthogonal group"). The tangent
 space ``{WΩ : Ω skew}`` moves with ``W``; the projection transport (absil2008optimization, §8.1.3) re-projects

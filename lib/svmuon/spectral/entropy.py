@@ -318,7 +318,7 @@ def effective_rank(W: Any, q: float = 1.0, power: float = 1, *, rtol: float | No
     """
     h, dtype, was_numpy, _ = _spectral_entropy(W, q, power, rtol)
     r = torch.exp(h)
-    if isinstance(q, (int, float)) and q == 0:  # exp(log r) is r to one rounding: the count itself, an integer
+    if not isinstance(q, torch.Tensor) and float(q) == 0:  # exp(log r) is r to one rounding: the count itself, an integer
         r = r.round()
     return _finish(r, dtype, was_numpy)
 
