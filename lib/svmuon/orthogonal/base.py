@@ -582,4 +582,10 @@ def _retraction_scalars(eta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """
     e = eta.double()
     r = torch.hypot(torch.ones_like(e), e)
-    return (1.0 / r).to(eta.dtype), (-(e / r) * (e / (1.0 + r))).to(eta.dtype)
+    return (1.0 / r).to(eta.dtype), (-_one_minus_s(e, r)).to(eta.dtype)
+
+
+def _one_minus_s(eta: Any, r: Any) -> Any:
+    """``1 - s = η²/(r(1 + r))`` for ``r = √(1 + η²)``, without cancellation for small η: the one formula of the
+    retraction's scalar, for tensors (:func:`_retraction_scalars`) and host floats (the step's slack bound)."""
+    return (eta / r) * (eta / (1.0 + r))

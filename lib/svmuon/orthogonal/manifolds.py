@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 from svmuon._validation import check_finite
-from svmuon.orthogonal.base import Direction, Manifold, _orthogonalizer, _retraction_scalars, as_matrix, check_pair, eye_like
+from svmuon.orthogonal.base import (Direction, Manifold, _one_minus_s, _orthogonalizer, _retraction_scalars, as_matrix,
+                                    check_pair, eye_like)
 
 __all__ = ["sym", "skew", "Orthogonal", "drift_factor"]
 
@@ -158,8 +159,7 @@ class Orthogonal(Manifold):
         return (factor * c * c).flatten()  # eq-orth-drift: factor · (s-1)²
 
     def step_slack_bound(self, eta: float, orthogonalize: Any) -> float:
-        r = math.hypot(1.0, eta)
-        c = (eta / r) * (eta / (1.0 + r))  # 1 - s, without cancellation (as _retraction_scalars)
+        c = _one_minus_s(eta, math.hypot(1.0, eta))  # on the host: no tensor read, no synchronisation
         return drift_factor(getattr(orthogonalize, "sigma_range", (0.0, 1.0))) * c * c
 
     # -- public methods specific to O(n) ---------------------------------------------------------------------

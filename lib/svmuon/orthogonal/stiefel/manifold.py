@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from svmuon.orthogonal.base import (Direction, Manifold, _max_abs, _orthogonalizer, as_matrix, check_eps, check_pair,
-                                   eps_damping, eye_like)
+from svmuon.orthogonal.base import (Direction, Manifold, _orthogonalizer, as_matrix, check_eps, check_pair,
+                                   eps_damping)
 from svmuon.orthogonal.stiefel.dispatch import solve
 from svmuon.orthogonal.stiefel.options import StiefelOptions
 from svmuon.orthogonal.stiefel.reduction import WORK_DTYPE, _sym, _tangent_part
@@ -277,8 +277,7 @@ class Stiefel(Manifold):
         """The defect ``max|WᵀW - I|`` of the retracted point (one Gram matrix); no correction: the polar retraction
         is computed from the Gram matrix of the actual ``W - ηΦ``, so it returns a point orthonormal to rounding
         whatever drift ``W`` had, and drift cannot accumulate (``polar_every`` has nothing to add here)."""
-        R = torch.baddbmm(eye_like(W).expand(W.shape[0], -1, -1), W.mT, W, alpha=-1.0)  # I - WᵀW
-        return W, _max_abs(R)
+        return super().stabilize(W, 0)  # the defect alone: no Björck step
 
     def start_defect(self, W: torch.Tensor) -> torch.Tensor:
         """``max|WᵀW - I|`` of the point before the step (one Gram matrix): the polar retraction returns a point

@@ -31,7 +31,6 @@ from svmuon.orthogonal.stiefel.reduction import (
     WORK_DTYPE,
     StiefelSolution,
     _assemble,
-    _dot,
     _exact_factor,
     _real,
     _record,
