@@ -444,6 +444,17 @@ def test_a_per_call_transpose_wide_false_refuses_a_wide_point():
         S.steepest_direction(W, torch.randn(3, 6, dtype=torch.float64), transpose_wide=False)
 
 
+def test_a_per_call_transpose_wide_true_accepts_a_wide_point_on_a_strict_manifold():
+    """The override works both ways: on Stiefel(transpose_wide=False) a call with transpose_wide=True solves the
+    wide point as its transpose, the same Φ as the default manifold gives (the same kernels on the same
+    operands: equal to the last bit), and the manifold itself still refuses it without the override."""
+    strict, W = Stiefel(transpose_wide=False), Stiefel().random(3, 6, dtype=torch.float64)
+    G = torch.randn(3, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    Phi = strict.steepest_direction(W, G, transpose_wide=True)
+    assert torch.equal(Phi, Stiefel().steepest_direction(W, G))
+    with pytest.raises(ValueError, match="tall or square"):
+        strict.steepest_direction(W, G)
+
 def test_a_float64_parameter_with_a_float32_solver_is_refused_at_construction():
     """Stiefel(work_dtype=torch.float32) cannot solve float64 points; the optimizer says so naming the parameter
     before any step (the step raised a TypeError that named none)."""

@@ -85,10 +85,9 @@ class Stiefel(Manifold):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- points ---------------------------------------------------------------------------------------------
-    def _shape_error(self, shape: tuple[int, ...], transpose_wide: bool | None = None) -> str | None:
+    def _shape_error(self, shape: tuple[int, ...]) -> str | None:
         m, n = shape[-2:]
-        wide_ok = self.options.transpose_wide if transpose_wide is None else transpose_wide
-        if m < n and not wide_ok:
+        if m < n and not self.options.transpose_wide:
             return (f"a point of St(m, n) must be tall or square (..., m, n) with m >= n, got {m} x {n} "
                     "(a wide matrix with orthonormal rows is accepted with Stiefel(transpose_wide=True), "
                     "or pass its transpose)")
@@ -149,7 +148,8 @@ class Stiefel(Manifold):
                 precision, not a direction: ``Φ`` is multiplied by ``‖P_W(G)‖_F / (eps ‖G‖_F)`` there (the
                 optimizer's eps rule), so ``G = W(S + Sᵀ)`` gives ``Φ ≈ 0`` as ``G = 0`` does. Default ``√eps`` of
                 the dtype; 0 disables.
-            options: override this manifold's solver options for this call (``solver``, ``tol``, ``max_iter``...).
+            options: override this manifold's solver options for this call (``solver``, ``tol``, ``max_iter``...;
+                ``transpose_wide`` both ways: ``True`` accepts a wide ``W`` on a ``transpose_wide=False`` manifold).
 
         Returns:
             ``Φ`` in the broadcast shape: tangent and ``‖Φ‖₂ <= 1`` to the rounding of its dtype, whatever the solver
@@ -164,12 +164,12 @@ class Stiefel(Manifold):
         from svmuon.orthogonal.msign import power_of_two_scale
 
         opts = self.options.override(**options)
+        if opts.transpose_wide != self.options.transpose_wide:  # this call's rule for wide points, either way
+            other = Stiefel(**{k: getattr(opts, k) for k in StiefelOptions.__dataclass_fields__})
+            return other.steepest_direction(W, G, orthogonalize=orthogonalize, eps=eps)
         Wt, _ = as_matrix(W, "W")
         Gt, was_numpy = as_matrix(G, "G")
         self._require_shape(Wt, "W")
-        err = self._shape_error(tuple(Wt.shape), opts.transpose_wide)  # this call's rule, if it overrides it
-        if err is not None:
-            raise ValueError(f"W: {err}")
         check_pair(Wt, "W", Gt, "G")
         self._require_point(Wt)
         if Gt.dtype not in (torch.float32, torch.float64):
