@@ -258,7 +258,8 @@ def test_orthogonal_drift_writes_its_default_file_in_the_working_directory(tmp_p
                                                                         "seconds": 0.0})
     assert orthogonal_drift.main(["--steps", "1"]) == 0
     # --steps 1 is a custom run (tests/test_custom_runs.py): the -custom name, under the working directory
-    doc = json.loads((tmp_path / "experiments" / "results" / "orthogonal-drift-custom.json").read_text())
+    (path,) = (tmp_path / "experiments" / "results").glob("orthogonal-drift-custom-*.json")
+    doc = json.loads(path.read_text())
     assert doc["experiment"] == "orthogonal-drift" and len(doc["runs"]) == 12 and "torch" in doc["environment"]
 
 

@@ -237,12 +237,13 @@ def test_zero_gradient_gives_zero_direction_and_normal_gradient_a_tiny_tangent_n
     W = _point(rng, 7, 3)
     sol = stiefel_direction(W, np.zeros((7, 3)))
     np.testing.assert_array_equal(sol.Phi, 0.0)
-    # a purely normal G = W S (S symmetric) has tangent part at rounding level: the solver still returns a unit
-    # direction for that noise (its problem is scale-free), and reports ‖P_W(G)‖_F, which the optimizer's eps
-    # rule uses to damp such a step (svmuon.optim.functional)
+    # a purely normal G = W S (S symmetric) has tangent part at rounding level: below √eps ‖G‖_F it is no
+    # direction, and the raw entry point returns Φ = 0, as for G = 0 (tests/test_bad_input_session13.py), with
+    # ‖P_W(G)‖_F reported, which the optimizer's eps rule reads (svmuon.optim.functional)
     G = W @ np.diag([1.0, 2.0, 3.0])
     sol = stiefel_direction(torch.from_numpy(W), torch.from_numpy(G), solver="newton")
     assert float(sol.tangent_norm) <= 1e-14 * np.linalg.norm(G)
+    assert float(sol.Phi.abs().max()) == 0.0 and bool(sol.converged)
 
 
 # -- bad input ------------------------------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ NAME picks the module ``<package>.<NAME with '-' as '_'>`` (private modules excl
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
+import json
 import math
 import os
 import pkgutil
@@ -17,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
+from typing import Callable, Iterable, Mapping
 
 
 def available(package: ModuleType) -> list[str]:
@@ -196,19 +198,50 @@ def output_folder(text: str) -> Path:
     return Path(text)
 
 
-def custom_options(parser: argparse.ArgumentParser, args: argparse.Namespace, selection: tuple[str, ...]) -> list[str]:
-    """The options among ``selection`` (destinations: what a run measures, not how long or where) whose values
-    differ from ``parser``'s defaults, as ``--name``: a run with any of them is *custom*, not the recorded one a
-    chapter reads, and without ``--output`` it writes a ``-custom`` file (:func:`custom_note`)."""
+def custom_options(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                   selection: tuple[str, ...]) -> dict[str, object]:
+    """The options among ``selection`` whose values differ from ``parser``'s defaults: ``{"--name": value}`` in
+    the order of ``selection`` (iterating it gives the names). A run with any of them is *custom*, not the
+    recorded one a chapter reads, and without ``--output`` it writes a ``-custom`` file named by
+    :func:`custom_id` (:func:`custom_note`).
+
+    ``selection`` (destinations) holds every option that changes *what* a run measures or records: sizes,
+    sections, workloads, seeds, tolerances, sampled instances, training steps, learning-rate grids. It leaves
+    out what says how long, how precisely or where it is measured (timed repeats and rounds, warm-up steps,
+    threads, the device, which is in the file's name, a note, the output) and ``--smoke``, whose defaults
+    ``parser`` already holds when a smoke run is parsed (:func:`svmuon.bench._common.parse_with_smoke`): a
+    recorded command such as ``python -m svmuon.bench monte-carlo --repeats 7`` still writes the record."""
     def plain(value: object) -> object:
         return list(value) if isinstance(value, (list, tuple)) else value
 
-    return [f"--{d.replace('_', '-')}" for d in selection if plain(getattr(args, d)) != plain(parser.get_default(d))]
+    return {f"--{d.replace('_', '-')}": plain(getattr(args, d)) for d in selection
+            if plain(getattr(args, d)) != plain(parser.get_default(d))}
 
 
-def custom_note(path: Path, options: list[str]) -> None:
-    """Say (stdout, before any compute) where a custom run writes and why: a run with other ``options`` than the
-    recorded command's must not replace the file a chapter reads, nor become the newest one."""
+#: how many letters :func:`custom_id` has
+CUSTOM_ID_LENGTH = 10
+
+
+def custom_id(options: Mapping[str, object]) -> str:
+    """A short stable name of a custom selection (:func:`custom_options`): ten lowercase letters drawn from the
+    SHA-256 of ``options`` (names and values) as sorted JSON. The same selection gets the same letters on every
+    run and machine (a rerun replaces its own custom file), two different ones different letters (a collision
+    has odds of about 26**-10). Letters only, so that the name never ends in eight digits, which
+    :mod:`svmuon.results` would read as a date (and a chapter listing the dated files would then read it)."""
+    if not options:
+        raise ValueError("custom_id needs the custom options with their values, got none")
+    text = json.dumps({str(k): v for k, v in options.items()}, sort_keys=True, default=str, separators=(",", ":"))
+    number = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+    letters = []
+    for _ in range(CUSTOM_ID_LENGTH):
+        number, digit = divmod(number, 26)
+        letters.append(chr(ord("a") + digit))
+    return "".join(letters)
+
+
+def custom_note(path: Path, options: Iterable[str]) -> None:
+    """Say (stdout, before any compute) where a custom run writes and why: a run with other ``options`` (their
+    names) than the recorded command's must not replace the file a chapter reads, nor become the newest one."""
     print(f"{', '.join(options)} differ from the recorded run's: writing {path}, which the book does not read "
           "(--output chooses the file)", flush=True)
 

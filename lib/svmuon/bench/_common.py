@@ -11,7 +11,7 @@ import datetime as _dt
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
@@ -82,27 +82,34 @@ def default_output(name: str, device: str = "cpu") -> Path:
 
 
 def output_path(parser: Any, given: Path | None, name: str, device: str = "cpu", *, smoke: bool = False,
-                custom: list[str] | tuple[str, ...] = ()) -> Path:
+                custom: Mapping[str, Any] | None = None) -> Path:
     """The results file of a run, checked before any compute (``parser.error``, exit 2, if it cannot be
     written): ``given`` (already checked by its ``type=``), else :func:`default_output`; a smoke run's default
     is ``<name>-smoke-<device>-<date>.json`` in the system's temporary folder, never among the recorded results;
-    a custom run's (``custom``: the options that differ from the recorded command's,
-    :func:`svmuon._cli.custom_options`) is ``<name>-custom-<device>-<date>.json`` beside them, a name no chapter
-    reads (so a run of one section cannot replace the recorded file, nor become the newest one, which a chapter
-    would then read), said on stdout."""
-    from svmuon._cli import custom_note
+    a custom run's (``custom``: the options that differ from the recorded command's, with their values,
+    :func:`svmuon._cli.custom_options`) is ``<name>-custom-<device>-<date>-<id>.json`` beside them, ``<id>`` the
+    ten letters :func:`svmuon._cli.custom_id` of that selection (two different custom runs never share a file;
+    a rerun of the same one replaces its own), said on stdout. No chapter reads that name, nor takes it for a
+    dated record (it does not end in the date), so a run of one section cannot replace the recorded file, nor
+    become the newest one, which a chapter would then read."""
+    from svmuon._cli import custom_id, custom_note
     from svmuon.experiments.runs import check_output
 
     if given is not None:
         return Path(given)
+    if custom and not isinstance(custom, Mapping):
+        raise TypeError("custom must map each custom option to its value (svmuon._cli.custom_options), got "
+                        f"{type(custom).__name__}")
     path = default_output(f"{name}-smoke" if smoke else f"{name}-custom" if custom else name, device)
     if smoke:
         import tempfile
 
         path = Path(tempfile.gettempdir()) / "svmuon-smoke" / path.name
+    elif custom:  # <name>-custom-<device>-<date>-<id>.json
+        path = path.with_name(f"{path.stem}-{custom_id(custom)}{path.suffix}")
     path = check_output(parser, path)
     if custom and not smoke:
-        custom_note(path, list(custom))
+        custom_note(path, custom)
     return path
 
 

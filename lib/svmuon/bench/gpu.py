@@ -28,7 +28,8 @@ On a machine without CUDA, or with ``--smoke``, every section runs on the CPU in
 Each section that raises is recorded as ``{"error": ...}`` and the others still run; the exit status is
 then 1. Options: ``--smoke``, ``--compile`` / ``--no-compile``, ``--drift-steps N``, ``--output PATH``.
 The JSON (``benchmarks/results/gpu-cuda-YYYYMMDD.json``; smoke runs ``gpu-smoke-cpu-…`` in the temporary
-folder) records the GPU name, driver, torch and CUDA versions and the date
+folder; with another ``--drift-steps`` or ``--no-compile``, ``gpu-custom-cuda-YYYYMMDD-<id>.json``, which no
+chapter reads) records the GPU name, driver, torch and CUDA versions and the date
 (``svmuon.bench._common.write_result``).
 
 References: jordan2024muon (Muon, the quintic), amsel2025polar (Polar Express), su2025orthogonal
@@ -319,7 +320,14 @@ def main(argv: list[str] | None = None) -> int:
     if not cuda and not args.smoke:
         print("no CUDA device: running the CPU smoke test instead (tiny sizes, float32)")
     device = torch.device("cuda" if cuda else "cpu")
-    path = output_path(parser, args.output, "gpu", device.type, smoke=not cuda)
+    # what the record measures: the drift over FULL's steps, and the compile section (--compile is the default)
+    # (a custom run writes gpu-custom-cuda-<date>-<id>.json, svmuon.bench._common.output_path)
+    custom: dict[str, object] = {}
+    if args.drift_steps not in (None, FULL["drift_steps"]):
+        custom["--drift-steps"] = args.drift_steps
+    if args.compile_ is False:
+        custom["--no-compile"] = True
+    path = output_path(parser, args.output, "gpu", device.type, smoke=not cuda, custom=custom)
     threads = torch.get_num_threads()
     if not cuda:  # tiny matrices: one thread avoids OpenMP spin-waits on a busy CPU (32² matmuls took 50 ms)
         torch.set_num_threads(1)

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_with_smoke(parser, argv, SMOKE)
     device = torch.device(args.device)
     path = None if args.no_save else output_path(parser, args.output, "monte-carlo", device.type, smoke=args.smoke,
-                                                   custom=custom_options(parser, args, ("sizes",)))
+                                                   custom=custom_options(parser, args, ("sizes", "work")))
     rows, load_before = [], os.getloadavg()
     print(f"{'n':>6} {'samples':>8} {'ours Mel/s':>11} {'numpy Mel/s':>12} {'ratio':>6} {'cpu':>5} {'ours MiB':>9} {'numpy MiB':>10}")
     for n in args.sizes:

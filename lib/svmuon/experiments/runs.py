@@ -243,12 +243,15 @@ def default_file(parser: argparse.ArgumentParser, args: argparse.Namespace, name
                  selection: tuple[str, ...]) -> Path:
     """The checked default results file of an experiment run without ``--output``:
     ``experiments/results/<name>.json``, the recorded run a chapter reads; or, when an option in ``selection``
-    differs from its default (:func:`svmuon._cli.custom_options`), ``<name>-custom.json`` beside it, said on stdout,
-    so that a run of one task or one seed does not replace the recorded file."""
-    from svmuon._cli import custom_note, custom_options
+    differs from its default (:func:`svmuon._cli.custom_options`), ``<name>-custom-<id>.json`` beside it, ``<id>``
+    the ten letters :func:`svmuon._cli.custom_id` of the options that differ and their values, said on stdout:
+    a run of one task or one seed does not replace the recorded file, and two different custom runs do not
+    replace each other's (a rerun of the same one replaces its own)."""
+    from svmuon._cli import custom_id, custom_note, custom_options
 
     custom = custom_options(parser, args, selection)
-    path = check_output(parser, default_output("experiments", f"{name}-custom.json" if custom else f"{name}.json"))
+    filename = f"{name}-custom-{custom_id(custom)}.json" if custom else f"{name}.json"
+    path = check_output(parser, default_output("experiments", filename))
     if custom:
         custom_note(path, custom)
     return path

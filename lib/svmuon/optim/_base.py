@@ -46,6 +46,20 @@ def check_hyper(name: str, value: Any, *, upper: float = math.inf, tensor_ok: bo
     return value
 
 
+def check_decay(lr: Any, weight_decay: float, dtypes: Iterable[torch.dtype]) -> None:
+    """``ValueError`` naming ``lr`` and ``weight_decay`` unless ``1 - lr·weight_decay`` (both checked by
+    :func:`check_hyper`; a tensor ``lr`` is read) is finite in every dtype of ``dtypes``: the step multiplies each
+    parameter by it in the parameter's dtype, where torch refuses a factor it cannot represent (RuntimeError)."""
+    lr = float(lr.detach()) if isinstance(lr, torch.Tensor) else float(lr)
+    decay = 1.0 - lr * weight_decay  # Python floats: an overflow gives -inf, never an exception
+    for dtype in dict.fromkeys(dtypes):
+        top = torch.finfo(dtype).max
+        if not abs(decay) <= top:
+            raise ValueError(f"lr = {lr:g} and weight_decay = {weight_decay:g} make the decoupled decay factor "
+                             f"1 - lr·weight_decay = {decay:.3g}, beyond the range of {dtype} (|x| <= {top:.3g}) "
+                             "that multiplies the parameters; lower lr or weight_decay")
+
+
 def check_bool(name: str, value: Any) -> None:
     """``TypeError`` naming ``name`` unless ``value`` is a bool (a string such as ``"no"`` would read as True)."""
     if not isinstance(value, (bool, np.bool_)):

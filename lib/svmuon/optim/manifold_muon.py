@@ -67,6 +67,14 @@ from svmuon.optim.functional import StepPlan, manifold_muon_updates
 
 __all__ = ["ManifoldMuon", "OrthogonalMuon"]
 
+# The ceiling of ``atol``: a start point off the manifold by 1e-2 or more (‖WᵀW - I‖_max) is not on it in any useful
+# sense.
+_TOLERANCE_MAX = 1e-2
+# The ceiling of a loaded ``drift``, which the step's check adds to atol (``defect <= 2 (atol + drift) + slack``,
+# functional._point_check; a corrupted 0.4 let a 0.6-scaled point pass). Drift is what uncorrected steps leave
+# (polar_every=0) and grows with them: 2.1e-2 after 10,000 Keller Jordan steps in float32 (the recorded
+# orthogonal-drift experiment), so a checkpoint of such a run must load; five times that is refused.
+_DRIFT_MAX = 0.1
 
 
 class ManifoldMuon(MatrixOptimizer):
@@ -106,8 +114,8 @@ class ManifoldMuon(MatrixOptimizer):
             construction to NaN, Inf or below 0 (a tensor one too, checked within the step's one
             synchronisation, whatever the ``nan_policy``), or a parameter whose shape or dtype changed since its
             state was created (nothing is changed then); at ``load_state_dict()``, bad options or state entries
-            (e.g. a NaN ``drift`` or too small an ``atol``), or a state dict of another optimizer (the optimizer
-            is left as it was).
+            (e.g. a ``drift`` that is NaN, negative or above 0.1, or too small an
+            ``atol``), or a state dict of another optimizer (the optimizer is left as it was).
         TypeError: a parameter that is not float32/float64, a ``manifold`` that is not a
             :class:`~svmuon.orthogonal.base.Manifold` instance, a ``nesterov`` that is not a bool, a
             non-integer ``polar_every``/``ns_steps``, a ``compute_dtype`` outside the four above; sparse or
@@ -162,8 +170,7 @@ class ManifoldMuon(MatrixOptimizer):
         if group["nan_policy"] not in NAN_POLICIES:
             raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {group['nan_policy']!r}")
         if group["atol"] is not None:
-            # a start point off the manifold by 1e-2 or more is not on it in any useful sense
-            check_hyper("atol", group["atol"], upper=1e-2)
+            check_hyper("atol", group["atol"], upper=_TOLERANCE_MAX)
             self._check_atol_floor(group)
         if group["eps"] is not None:
             check_hyper("eps", group["eps"], upper=1.0)
@@ -178,9 +185,10 @@ class ManifoldMuon(MatrixOptimizer):
         self._check_buffer(p, state, "momentum_buffer", label)
         drift, step = state["drift"], state["step"]
         if not (isinstance(drift, torch.Tensor) and drift.numel() == 1 and drift.is_floating_point()
-                and bool(torch.isfinite(drift).all()) and float(drift) >= 0):
-            raise ValueError(f"{label}: drift must be a finite one-element tensor >= 0 (the defect left by the last "
-                             f"uncorrected step), got {drift!r}")
+                and 0 <= float(drift) <= _DRIFT_MAX):  # NaN fails both comparisons
+            raise ValueError(f"{label}: drift must be a one-element real tensor in [0, {_DRIFT_MAX:g}] (the defect "
+                             f"‖WᵀW - I‖_max left by the last uncorrected step), got {drift!r}; "
+                             "a point that far off: project it (manifold.project) and store a drift of 0")
         if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
             raise ValueError(f"{label}: step must be an integer >= 0, got {step!r}")
         if not isinstance(state["solver"], dict) or not isinstance(state["info"], dict):

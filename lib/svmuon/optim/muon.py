@@ -49,12 +49,18 @@ from typing import Any, Iterable
 import torch
 
 from svmuon._validation import check_int
-from svmuon.optim._base import NAN_POLICIES, Labels, MatrixOptimizer, check_bool, check_hyper, check_param
+from svmuon.optim._base import (NAN_POLICIES, Labels, MatrixOptimizer, check_bool, check_decay, check_hyper,
+                               check_param)
 from svmuon.optim.functional import StepPlan, adjust_lr, muon_updates
 
 __all__ = ["Muon"]
 
 KELLER_JORDAN = (3.4445, -4.7750, 2.0315)  # jordan2024muon; torch.optim.Muon's default
+
+
+def _dtypes(params: Iterable[Any]) -> list[torch.dtype]:
+    """The distinct floating dtypes among ``params`` (anything else is refused by the parameter checks)."""
+    return list(dict.fromkeys(p.dtype for p in params if isinstance(p, torch.Tensor) and p.is_floating_point()))
 
 
 class Muon(MatrixOptimizer):
@@ -81,8 +87,10 @@ class Muon(MatrixOptimizer):
 
     Raises:
         ValueError: a parameter that is not 2-D (use ``torch.optim.AdamW`` for biases, gains and other
-            non-matrix parameters), bad hyperparameters; at ``step()``, a non-finite update
-            (:class:`~svmuon.optim.plan.NonFiniteUpdateError`), an ``lr`` changed since construction to NaN,
+            non-matrix parameters), bad hyperparameters (also an ``lr`` and ``weight_decay`` whose decay factor
+            ``1 - lr·weight_decay`` overflows a parameter's dtype: at construction, at ``load_state_dict()`` and
+            at every step, a tensor ``lr`` within the step's one synchronisation); at ``step()``, a non-finite
+            update (:class:`~svmuon.optim.plan.NonFiniteUpdateError`), an ``lr`` changed since construction to NaN,
             Inf or below 0 (a tensor one too, checked within the step's one synchronisation, whatever the
             ``nan_policy``) or a parameter whose shape or dtype changed since its state was created (nothing is
             changed then); at ``load_state_dict()``, a state dict with bad options or state entries, or one of
@@ -132,6 +140,7 @@ class Muon(MatrixOptimizer):
     def _check_options(self, group: dict[str, Any]) -> None:
         check_hyper("lr", group["lr"], tensor_ok=True)
         check_hyper("weight_decay", group["weight_decay"])
+        check_decay(group["lr"], group["weight_decay"], _dtypes(group["params"]))
         check_hyper("momentum", group["momentum"], upper=1.0)
         check_hyper("eps", group["eps"])
         check_bool("nesterov", group["nesterov"])
@@ -140,6 +149,22 @@ class Muon(MatrixOptimizer):
         if group["nan_policy"] not in NAN_POLICIES:
             raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {group['nan_policy']!r}")
         self._group_orthogonalizer(group)  # resolves (and so checks) the msign options once
+
+    @staticmethod
+    def _check_step_decay(plan: StepPlan, lr: Any, weight_decay: float, params: list, index: int) -> None:
+        """At a step, ``1 - lr·weight_decay`` finite in every parameter dtype (``lr`` or ``weight_decay`` may have
+        changed since construction): a host ``lr`` at once (:func:`check_decay`), a tensor ``lr`` within the step's
+        one synchronisation (computed as the step computes it, in ``lr``'s dtype, then cast)."""
+        if not isinstance(lr, torch.Tensor):
+            try:
+                check_decay(lr, weight_decay, _dtypes(params))
+            except ValueError as err:
+                raise ValueError(f"Muon: param_groups[{index}]: {err}") from None
+        elif weight_decay != 0:
+            decay = 1 - lr.detach() * weight_decay
+            for dtype in _dtypes(params):
+                plan.check_hyper(f"param_groups[{index}]: |1 - lr·weight_decay| (the decoupled decay factor) in "
+                                 f"{dtype}", decay.to(dtype).abs())
 
     def _check_state(self, p: torch.Tensor, state: dict[str, Any], label: str) -> None:
         if state.get("momentum_buffer") is not None:  # None or absent: a fresh buffer at the next step
@@ -163,7 +188,9 @@ class Muon(MatrixOptimizer):
                 buf = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
                 plan.on_commit(lambda p=p, b=buf: self.state[p].__setitem__("momentum_buffer", b))
             buffers.append(buf)
-        muon_updates(params, grads, buffers, lr=self._lr(group), weight_decay=group["weight_decay"],
+        lr = self._lr(group)
+        self._check_step_decay(plan, lr, group["weight_decay"], params, labels.group_index)
+        muon_updates(params, grads, buffers, lr=lr, weight_decay=group["weight_decay"],
                      momentum=group["momentum"], nesterov=group["nesterov"],
                      orthogonalize=self._group_orthogonalizer(group), eps=group["eps"],
                      adjust_lr_fn=group["adjust_lr_fn"], labels=labels, plan=plan)

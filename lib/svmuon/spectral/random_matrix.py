@@ -59,11 +59,29 @@ def _check_power(power: Any) -> float:
     return float(power)
 
 
+def _check_points(x: Any) -> np.ndarray:
+    """``x`` as a float64 array of real, non-NaN evaluation points; TypeError/ValueError naming ``x``."""
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as err:  # e.g. a ragged nested list
+        raise TypeError(f"x must be array-like of real numbers, got {type(x).__name__} ({err})") from None
+    if arr.dtype.kind == "c":
+        raise TypeError("x must hold real evaluation points, got complex values")
+    if arr.dtype.kind not in "iuf":  # strings, None, objects, bools: not evaluation points
+        raise TypeError(f"x must be array-like of real numbers, got {type(x).__name__} of dtype {arr.dtype}")
+    arr = arr.astype(np.float64)
+    nans = int(np.isnan(arr).sum())
+    if nans:
+        raise ValueError(f"x holds {nans} NaN entr{'y' if nans == 1 else 'ies'}: the density is not defined there "
+                         "(±inf is allowed: the density is 0 there)")
+    return arr
+
+
 def marchenko_pastur_pdf(x: Any, aspect_ratio: float) -> np.ndarray:
     """Density of the Marchenko–Pastur law of ratio λ with mean 1 (book eq. ``eq-mp-density``).
 
     Args:
-        x: Array-like of evaluation points (any shape), real.
+        x: Array-like of evaluation points (any shape), real; ±inf allowed (density 0), NaN not.
         aspect_ratio: λ = min(m, n)/max(m, n), a float in (0, 1].
 
     Returns:
@@ -71,12 +89,15 @@ def marchenko_pastur_pdf(x: Any, aspect_ratio: float) -> np.ndarray:
         with a, b = (1 ∓ sqrt λ)². This is the limiting density of σ²/(N s²) for a Gaussian matrix.
 
     Raises:
-        TypeError, ValueError: ``aspect_ratio`` not a real number in (0, 1].
+        TypeError: ``x`` complex or not convertible to real numbers.
+        ValueError: ``x`` holds NaN (as every function of this module refuses a NaN argument, rather than
+            returning a number for it; a NaN is not outside the support); ``aspect_ratio`` not a real number
+            in (0, 1] (a TypeError if it is not a real number at all).
 
     References: marchenko1967distribution.
     """
     lam = _check_ratio(aspect_ratio)
-    x = np.asarray(x, dtype=np.float64)
+    x = _check_points(x)
     a, b = (1 - math.sqrt(lam)) ** 2, (1 + math.sqrt(lam)) ** 2
     inside = (x > a) & (x < b) & (x > 0)
     out = np.zeros_like(x)

@@ -13,7 +13,8 @@ from svmuon._validation import as_tensor, check_finite, check_float, check_matri
 from svmuon.orthogonal.base import check_pair
 from svmuon.orthogonal.stiefel.dispatch import solve
 from svmuon.orthogonal.stiefel.options import StiefelOptions
-from svmuon.orthogonal.stiefel.reduction import WORK_DTYPE, StiefelSolution, _reduce, _residual, _spectrum, _sym
+from svmuon.orthogonal.stiefel.reduction import (WORK_DTYPE, StiefelSolution, _reduce, _residual, _spectrum, _sym,
+                                                 _tangent_part)
 
 __all__ = ["stiefel_direction", "reduced_dual", "tangent_residual"]
 
@@ -75,6 +76,34 @@ def _warm_starts(Wt: torch.Tensor, c: torch.Tensor, **given: Any) -> dict[str, t
     return starts
 
 
+def _normal_only(out: StiefelSolution, W: torch.Tensor, G: torch.Tensor, tol: float) -> StiefelSolution:
+    """Where ``‖P_W(G)‖_F <= √eps ‖G‖_F`` (eps of ``G``'s dtype) the tangent part is not resolved by the input: ``W``
+    passes the point check with ``max|WᵀW - I|`` up to ``√eps``, which alone gives ``G = W(S + Sᵀ)`` a computed
+    tangent part of that relative size, and the reduced multiplier ``Y = [WᵀG]_sym + X`` would be formed with a
+    relative error ``eps ‖G‖_F / ‖P_W(G)‖_F >= √eps``, beyond what the iterative solvers' ``tol`` asks. There every
+    feasible ``Φ`` has the value ``⟨G, Φ⟩ = ⟨P_W(G), Φ⟩`` of the noise alone, and the minimum-norm optimum of the
+    problem with the tangent part taken as zero is returned: ``Φ = 0`` (tangent, in the unit ball),
+    ``X = -[WᵀG]_sym``, ``Y = 0``, ``residual = 0``, ``gap = 0`` (as for ``G = 0``; the public ``steepest_direction``'s
+    eps rule gives ``Φ ≈ 0`` there too). ``converged`` is then re-read from the residuals (every one ``<= tol``)."""
+    tn = out.tangent_norm
+    if tn is None:
+        tn = torch.linalg.matrix_norm(_tangent_part(W, G).to(WORK_DTYPE))
+    floor = math.sqrt(torch.finfo(G.dtype).eps) * torch.linalg.matrix_norm(G.to(WORK_DTYPE))
+    small = tn.to(WORK_DTYPE) <= floor
+    if not bool(small.any()):
+        return out
+    box = small[..., None, None]
+    out.Phi = torch.where(box, torch.zeros_like(out.Phi), out.Phi)
+    S = _sym((W.mT @ G).to(WORK_DTYPE))
+    out.X = torch.where(box, -S, out.X.to(WORK_DTYPE))
+    out.Y = None if out.Y is None else torch.where(box, torch.zeros_like(S), out.Y.to(WORK_DTYPE))
+    out.gap = None if out.gap is None else torch.where(small, 0.0, out.gap.to(WORK_DTYPE))
+    if out.residual is not None:
+        out.residual = torch.where(small, torch.zeros_like(out.residual), out.residual)
+        out.converged = out.converged or bool((out.residual <= tol).all())
+    return out
+
+
 def stiefel_direction(W: Any, G: Any, *, solver: str = StiefelOptions.solver, tol: float | None = None,
                       max_iter: int | None = None, X0: Any = None, Y0: Any = None,
                       orthogonalize: Callable[[torch.Tensor], torch.Tensor] | None = None,
@@ -110,7 +139,10 @@ def stiefel_direction(W: Any, G: Any, *, solver: str = StiefelOptions.solver, to
 
     Returns:
         :class:`~svmuon.orthogonal.stiefel.reduction.StiefelSolution`; ``Phi``, ``X``, ``Y`` NumPy arrays if ``G``
-        is one.
+        is one. Where ``G`` has no tangent part to resolve, ``‖P_W(G)‖_F <= √eps ‖G‖_F`` (eps of ``G``'s dtype:
+        ``G = 0``, ``G = W(S + Sᵀ)`` up to rounding), every solver returns ``Φ = 0``, ``X = -[WᵀG]_sym``,
+        ``Y = 0``, residual and gap 0, converged (the optimum with the tangent part taken as zero; see
+        ``_normal_only``).
 
     Raises:
         TypeError: non-float inputs or options of the wrong type.
@@ -137,8 +169,10 @@ def stiefel_direction(W: Any, G: Any, *, solver: str = StiefelOptions.solver, to
     # so that no product over- or underflows, and scale the multipliers back
     c = power_of_two_scale(Gt)
     starts = _warm_starts(Wt, c, X0=X0, Y0=Y0)
-    out = solve(Wt, Gt / c, options, X0=starts.get("X0"), Y0=starts.get("Y0"), orthogonalize=orthogonalize,
+    Gs = Gt / c
+    out = solve(Wt, Gs, options, X0=starts.get("X0"), Y0=starts.get("Y0"), orthogonalize=orthogonalize,
                 trace=trace)
+    out = _normal_only(out, Wt, Gs, options.tolerance(Gt.dtype, Wt.shape[-1]))
     c64 = c.to(WORK_DTYPE)  # float64 results, whatever the solver's work dtype
     out.X = out.X.to(WORK_DTYPE) * c64
     out.Y = None if out.Y is None else out.Y.to(WORK_DTYPE) * c64
