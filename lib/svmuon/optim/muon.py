@@ -154,13 +154,16 @@ class Muon(MatrixOptimizer):
     def _check_step_decay(plan: StepPlan, lr: Any, weight_decay: float, params: list, index: int) -> None:
         """At a step, ``1 - lr·weight_decay`` finite in every parameter dtype (``lr`` or ``weight_decay`` may have
         changed since construction): a host ``lr`` at once (:func:`check_decay`), a tensor ``lr`` within the step's
-        one synchronisation (computed as the step computes it, in ``lr``'s dtype, then cast)."""
+        one synchronisation (computed as the step computes it, in ``lr``'s dtype, then cast). Nothing to check
+        without weight decay (the factor is 1), Muon's default: no work added to that step."""
+        if weight_decay == 0:
+            return
         if not isinstance(lr, torch.Tensor):
             try:
                 check_decay(lr, weight_decay, _dtypes(params))
             except ValueError as err:
                 raise ValueError(f"Muon: param_groups[{index}]: {err}") from None
-        elif weight_decay != 0:
+        else:
             decay = 1 - lr.detach() * weight_decay
             for dtype in _dtypes(params):
                 plan.check_hyper(f"param_groups[{index}]: |1 - lr·weight_decay| (the decoupled decay factor) in "
