@@ -42,7 +42,8 @@ step maps an error ``ε`` to ``≈ 3ε²/4``, so a per-step correction holds eve
 for two n×n matmuls against 15–30 in the Newton–Schulz msign itself; a step long enough that one would leave more
 than rounding (``3ε²/4 > 16u`` for the bound ``ε`` at ``lr``: with Keller Jordan's band from ``lr = 0.03`` in
 float64, above about ``0.3`` in float32) gets as many as bring it there, two products each (``functional._corrections``; with a tensor ``lr``,
-which is not read on the host, one). ``polar_every=0`` switches it off
+which is not read on the host, one). ``polar_every=0`` switches it off, up to a drift of
+``functional.DRIFT_MAX = 0.1``, beyond which a step is refused (``OffManifoldError``, naming the cause)
 (float64 with an exact msign does not need it: ~3e-14 after 10,000 steps); the Gram matrix of the point
 check is then one extra product per step.
 
@@ -63,7 +64,7 @@ import torch
 from svmuon._validation import check_int
 from svmuon.optim._base import NAN_POLICIES, Labels, MatrixOptimizer, check_bool, check_hyper, check_param
 from svmuon.optim.distributed import whole
-from svmuon.optim.functional import StepPlan, manifold_muon_updates
+from svmuon.optim.functional import DRIFT_MAX, StepPlan, manifold_muon_updates
 
 __all__ = ["ManifoldMuon", "OrthogonalMuon"]
 
@@ -71,10 +72,9 @@ __all__ = ["ManifoldMuon", "OrthogonalMuon"]
 # sense.
 _TOLERANCE_MAX = 1e-2
 # The ceiling of a loaded ``drift``, which the step's check adds to atol (``defect <= 2 (atol + drift) + slack``,
-# functional._point_check; a corrupted 0.4 let a 0.6-scaled point pass). Drift is what uncorrected steps leave
-# (polar_every=0) and grows with them: 2.1e-2 after 10,000 Keller Jordan steps in float32 (the recorded
-# orthogonal-drift experiment), so a checkpoint of such a run must load; five times that is refused.
-_DRIFT_MAX = 0.1
+# functional._point_check; a corrupted 0.4 let a 0.6-scaled point pass): the most an uncorrected step may leave
+# (functional.DRIFT_MAX), so every checkpoint a run writes loads.
+_DRIFT_MAX = DRIFT_MAX
 
 
 class ManifoldMuon(MatrixOptimizer):
@@ -93,7 +93,8 @@ class ManifoldMuon(MatrixOptimizer):
         compute_dtype: float16, bfloat16, float32 or float64 for the Newton–Schulz matmuls; ``None``:
             float32/float64 on CPU, bfloat16 on CUDA (the fast path: msign in bf16, ``W`` and the retraction
             in the parameter's dtype).
-        polar_every: a Björck correction every this many steps (0: never). Default 1 (module docstring).
+        polar_every: a Björck correction every this many steps (0: never; a step that would leave the point a drift
+            above 0.1 from the manifold is then refused). Default 1 (module docstring).
         nan_policy: ``"raise"`` (default): a non-finite update raises
             :class:`~svmuon.optim.plan.NonFiniteUpdateError`; ``"skip"``: the whole step is skipped
             (counted in ``skipped_steps``). In both cases no parameter or state changes.

@@ -52,7 +52,8 @@ class StepPlan:
     def add_batch(self, labels: Sequence[Any], checked: Sequence[torch.Tensor], *,
                   on_manifold: torch.Tensor | None = None, defect: torch.Tensor | None = None,
                   tolerance: torch.Tensor | None = None,
-                  defect_before: Callable[[], torch.Tensor] | None = None) -> None:
+                  defect_before: Callable[[], torch.Tensor] | None = None,
+                  drift: torch.Tensor | None = None, drift_max: float | None = None) -> None:
         """Record ``k`` parameters whose new values are finite iff every tensor of ``checked`` (each
         ``(k, ...)``) is, and (on a manifold) their ``(k,)`` check with the defects and tolerances behind it
         (``(k,)`` or ``(k, b)`` for ``b`` matrices each, broadcastable; an error reports a parameter's worst matrix).
@@ -60,14 +61,22 @@ class StepPlan:
         The fast flag is the finiteness of each matrix's *sum* (one pass; NaN and ±Inf propagate through
         a sum): it can only err towards a false alarm, when a sum of finite entries overflows, and an
         alarm is re-checked entry by entry before anything is refused.
+
+        ``drift`` (``(k,)``, uncorrected steps only): the defect the step leaves for the next one to carry; a
+        parameter is refused where it exceeds ``drift_max`` (no Björck step keeps it in check, and a checkpoint
+        cannot hold more: ``manifold_muon._DRIFT_MAX``).
         """
         sums = [T.sum(dim=tuple(range(1, T.ndim))) for T in checked]
         if len({T.dtype for T in sums}) == 1:  # one isfinite for all of them
             fast = torch.isfinite(torch.stack(sums)).all(dim=0)
         else:
             fast = torch.stack([torch.isfinite(T) for T in sums]).all(dim=0)
+        if drift is not None:  # NaN drift fails here too, but a NaN defect is refused as off the manifold first
+            drift_ok = drift <= drift_max
+            on_manifold = drift_ok if on_manifold is None else on_manifold & drift_ok
         self._batches.append(dict(labels=list(labels), fast=fast, checked=list(checked), on_manifold=on_manifold,
-                                  defect=defect, tolerance=tolerance, defect_before=defect_before))
+                                  defect=defect, tolerance=tolerance, defect_before=defect_before, drift=drift,
+                                  drift_max=drift_max))
 
     def check_hyper(self, name: str, value: torch.Tensor) -> None:
         """Refuse the step unless the one-element tensor ``value`` (a tensor ``lr``, which a scheduler may have
@@ -83,7 +92,7 @@ class StepPlan:
 
     def failures(self) -> list[tuple[str, Any, float | None, float | None, float | None]]:
         """``[(kind, label, defect, tolerance, defect_before)]`` of every refused parameter (``kind``:
-        ``"nonfinite"``, ``"off_manifold"`` or ``"hyper"``, a bad tensor hyperparameter of :meth:`check_hyper`, listed
+        ``"nonfinite"``, ``"off_manifold"``, ``"drift"`` (``defect``: the drift, ``tolerance``: its ceiling) or ``"hyper"``, a bad tensor hyperparameter of :meth:`check_hyper`, listed
         first: it is the cause of the others). Reads every flag at once: one host synchronisation per device
         (usually one)."""
         by_device: dict[torch.device, list[torch.Tensor]] = defaultdict(list)
@@ -99,9 +108,13 @@ class StepPlan:
             finite = torch.stack([torch.isfinite(T).flatten(1).all(dim=1) for T in b["checked"]]).all(dim=0).tolist()
             manifold = b["on_manifold"].tolist() if b["on_manifold"] is not None else [True] * len(finite)
             before = None
+            drift = b["drift"].tolist() if b["drift"] is not None else None
             for i, label in enumerate(b["labels"]):
                 if not finite[i]:
                     out.append(("nonfinite", label, None, None, None))
+                elif not manifold[i] and drift is not None and not drift[i] <= b["drift_max"] \
+                        and bool((b["defect"][i] <= b["tolerance"][i]).all()):
+                    out.append(("drift", label, drift[i], b["drift_max"], None))
                 elif not manifold[i]:
                     if before is None and b["defect_before"] is not None:
                         before = b["defect_before"]().reshape(len(finite), -1).amax(dim=1).tolist()
@@ -144,6 +157,13 @@ def raise_for(optimizer: str, failures: list[tuple[str, Any, float | None, float
             f"that overflowed, a NaN/Inf state loaded from a checkpoint, or a factorisation that did not converge{others}; "
             "no parameter or optimizer "
             "state was changed")
+    if kind == "drift":
+        raise OffManifoldError(
+            f"{optimizer}: uncorrected steps have let {label} drift off its manifold: max|WᵀW - I| = {defect:.3g} after "
+            f"the step, above {tol:g}, the most an uncorrected run may carry (the point check adds it to its tolerance) "
+            f"and a checkpoint may hold{others}. No Björck step corrected them (polar_every=0, or correct=False in the "
+            "functional API): set polar_every >= 1, or project the point back, e.g. "
+            "W.data.copy_(manifold.project(W)), and store a drift of 0; no parameter or optimizer state was changed")
     if before is not None and before <= tol:
         raise OffManifoldError(
             f"{optimizer}: the step would leave {label} off its manifold: max|WᵀW - I| = {defect:.3g} after the step, "
