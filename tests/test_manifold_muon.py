@@ -237,7 +237,7 @@ def test_keller_jordan_large_steps_are_not_refused(gen):
     opt = OrthogonalMuon(ps, lr=1.0, ns_coefficients="keller_jordan", ns_steps=5)
     _run(opt, ps, 50, gen)
     # one step adds ε <= 0.644 (1 - 1/√2)² = 0.0553 (spectral norm); one Björck step would leave (3ε² + ε³)/4
-    # <= 2.3e-3, so at this length three follow (functional._corrections), and the point stays at rounding level:
+    # <= 2.3e-3, so at this length three follow (svmuon.optim._manifold_step._corrections), and the point stays at rounding level:
     # ε -> 2.3e-3 -> 4e-6 -> 1.2e-11, below float32 rounding (a few u for n = 6; 64 u, as the O(n) targets)
     assert float(M.orthogonality_error(ps[0].detach())) <= 64 * torch.finfo(torch.float32).eps
 
@@ -246,7 +246,7 @@ def test_keller_jordan_large_steps_are_not_refused(gen):
 def test_long_steps_with_the_quintic_stay_at_rounding_level_in_float64(gen, lr):
     """One Björck step squares the quintic's per-step defect 0.644 (s-1)² (eq-orth-drift) into 2e-10 at η = 0.1 and
     4e-5 at η = 0.5, far above float64 rounding, which the point check's slack accepted (found by a reader: 8e-6
-    after 20 steps at η = 0.5); as many corrections as bring it to 16 u follow (functional._corrections)."""
+    after 20 steps at η = 0.5); as many corrections as bring it to 16 u follow (svmuon.optim._manifold_step._corrections)."""
     ps = _params(gen, torch.float64, shapes=((16, 16),))
     opt = OrthogonalMuon(ps, lr=lr, ns_coefficients="keller_jordan", ns_steps=5)
     _run(opt, ps, 20, gen)

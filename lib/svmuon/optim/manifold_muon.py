@@ -41,7 +41,7 @@ the quintic (``0.644 = max σ²|σ²-1|`` over its band), ``2e-2`` after 10,000 
 step maps an error ``ε`` to ``≈ 3ε²/4``, so a per-step correction holds every schedule at rounding level,
 for two n×n matmuls against 15–30 in the Newton–Schulz msign itself; a step long enough that one would leave more
 than rounding (``3ε²/4 > 16u`` for the bound ``ε`` at ``lr``: with Keller Jordan's band from ``lr = 0.03`` in
-float64, above about ``0.3`` in float32) gets as many as bring it there, two products each (``functional._corrections``; with a tensor ``lr``,
+float64, above about ``0.3`` in float32) gets as many as bring it there, two products each (``_manifold_step._corrections``; with a tensor ``lr``,
 which is not read on the host, one). ``polar_every=0`` switches it off, up to a drift of
 ``functional.DRIFT_MAX = 0.1``, beyond which a step is refused (``OffManifoldError``, naming the cause)
 (float64 with an exact msign does not need it: ~3e-14 after 10,000 steps); the Gram matrix of the point
@@ -72,7 +72,7 @@ __all__ = ["ManifoldMuon", "OrthogonalMuon"]
 # sense.
 _TOLERANCE_MAX = 1e-2
 # The ceiling of a loaded ``drift``, which the step's check adds to atol (``defect <= 2 (atol + drift) + slack``,
-# functional._point_check; a corrupted 0.4 let a 0.6-scaled point pass): the most an uncorrected step may leave
+# _manifold_step._point_check; a corrupted 0.4 let a 0.6-scaled point pass): the most an uncorrected step may leave
 # (functional.DRIFT_MAX), so every checkpoint a run writes loads.
 _DRIFT_MAX = DRIFT_MAX
 
