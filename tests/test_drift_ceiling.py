@@ -21,8 +21,9 @@ N, LR, STEPS = 16, 0.3, 2000
 OPTIONS = dict(lr=LR, polar_every=0, ns_steps=3, ns_coefficients="keller_jordan")
 
 
-def _point(seed: int) -> torch.Tensor:
-    return Orthogonal().project(torch.randn(N, N, generator=torch.Generator().manual_seed(seed))).float()
+def _point(seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return Orthogonal().project(torch.randn(N, N, generator=gen, dtype=torch.float64)).to(dtype)
 
 
 def _run(polar_every: int = 0):
@@ -87,3 +88,27 @@ def test_plan_names_the_drift_only_where_the_point_check_holds(defect, tolerance
     assert [f[0] for f in failures] == ([kind] if kind else [])
     if kind == "drift":
         assert failures[0][2] == pytest.approx(drift) and failures[0][3] == DRIFT_MAX
+
+
+def test_a_drift_at_the_ceiling_loads_in_every_dtype():
+    """The step compares the drift with 0.1 rounded to its dtype (float32: 0.1000000015), so the loader does too."""
+    for dtype in (torch.float32, torch.float64):
+        W = torch.nn.Parameter(_point(0, dtype))
+        opt = ManifoldMuon([W], manifold=Orthogonal(), **OPTIONS)
+        W.grad = torch.randn(N, N, dtype=dtype)
+        opt.step()
+        state = opt.state_dict()
+        state["state"][0]["drift"] = torch.tensor(DRIFT_MAX, dtype=dtype)
+        assert _plan(0.05, 0.3, float(state["state"][0]["drift"])).failures() == []  # the step's own comparison
+        ManifoldMuon([torch.nn.Parameter(_point(2, dtype))], manifold=Orthogonal(), **OPTIONS).load_state_dict(state)
+        state["state"][0]["drift"] = torch.tensor(DRIFT_MAX * (1 + 1e-6), dtype=dtype)
+        with pytest.raises(ValueError, match="drift"):
+            ManifoldMuon([torch.nn.Parameter(_point(2, dtype))], manifold=Orthogonal(), **OPTIONS).load_state_dict(state)
+
+
+def test_an_outside_change_is_reported_before_a_drift_elsewhere():
+    plan = StepPlan("Test")
+    plan.add_batch(["w0", "w1"], [torch.zeros(2, 2)], on_manifold=torch.tensor([True, False]),
+                   defect=torch.tensor([[0.12], [1.2]]), tolerance=torch.tensor([[0.3], [0.3]]),
+                   drift=torch.tensor([0.12, 0.05]), drift_max=DRIFT_MAX)
+    assert [(f[0], f[1]) for f in plan.failures()] == [("off_manifold", "w1"), ("drift", "w0")]

@@ -77,6 +77,11 @@ _TOLERANCE_MAX = 1e-2
 _DRIFT_MAX = DRIFT_MAX
 
 
+def _ceiling(drift: torch.Tensor) -> float:
+    """``_DRIFT_MAX`` rounded to the drift's dtype, as the step compares it (a float32 drift of 0.1 is 0.1000000015)."""
+    return float(torch.tensor(_DRIFT_MAX, dtype=drift.dtype))
+
+
 class ManifoldMuon(MatrixOptimizer):
     """Muon on a manifold ``{W : WᵀW = I}``: every parameter stays on it (see the module docstring).
 
@@ -186,7 +191,7 @@ class ManifoldMuon(MatrixOptimizer):
         self._check_buffer(p, state, "momentum_buffer", label)
         drift, step = state["drift"], state["step"]
         if not (isinstance(drift, torch.Tensor) and drift.numel() == 1 and drift.is_floating_point()
-                and 0 <= float(drift) <= _DRIFT_MAX):  # NaN fails both comparisons
+                and 0 <= float(drift) <= _ceiling(drift)):  # NaN fails both comparisons
             raise ValueError(f"{label}: drift must be a one-element real tensor in [0, {_DRIFT_MAX:g}] (the defect "
                              f"‖WᵀW - I‖_max left by the last uncorrected step), got {drift!r}; "
                              "a point that far off: project it (manifold.project) and store a drift of 0")

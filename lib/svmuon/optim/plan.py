@@ -120,7 +120,8 @@ class StepPlan:
                         before = b["defect_before"]().reshape(len(finite), -1).amax(dim=1).tolist()
                     defect, tol = _worst(b["defect"][i], b["tolerance"][i])
                     out.append(("off_manifold", label, defect, tol, None if before is None else before[i]))
-        return out
+        # a drift refusal last: an outside change or a NaN elsewhere is the likelier cause to report first
+        return sorted(out, key=lambda f: f[0] == "drift")
 
     def verify(self) -> None:
         """Raise :class:`NonFiniteUpdateError` or :class:`OffManifoldError` for the first refused parameter."""
@@ -161,9 +162,10 @@ def raise_for(optimizer: str, failures: list[tuple[str, Any, float | None, float
         raise OffManifoldError(
             f"{optimizer}: uncorrected steps have let {label} drift off its manifold: max|WᵀW - I| = {defect:.3g} after "
             f"the step, above {tol:g}, the most an uncorrected run may carry (the point check adds it to its tolerance) "
-            f"and a checkpoint may hold{others}. No Björck step corrected them (polar_every=0, or correct=False in the "
-            "functional API): set polar_every >= 1, or project the point back, e.g. "
-            "W.data.copy_(manifold.project(W)), and store a drift of 0; no parameter or optimizer state was changed")
+            f"and a checkpoint may hold{others}. No Björck step corrected them in time (polar_every=0, a polar_every too "
+            "large for this lr, or correct=False in the functional API): lower polar_every (1 corrects every step), or "
+            "project the point back, e.g. W.data.copy_(manifold.project(W)), and zero its drift "
+            "(optimizer.state[W]['drift'].zero_()); no parameter or optimizer state was changed")
     if before is not None and before <= tol:
         raise OffManifoldError(
             f"{optimizer}: the step would leave {label} off its manifold: max|WᵀW - I| = {defect:.3g} after the step, "
