@@ -72,14 +72,9 @@ __all__ = ["ManifoldMuon", "OrthogonalMuon"]
 # sense.
 _TOLERANCE_MAX = 1e-2
 # The ceiling of a loaded ``drift``, which the step's check adds to atol (``defect <= 2 (atol + drift) + slack``,
-# _manifold_step._point_check; a corrupted 0.4 let a 0.6-scaled point pass): the most an uncorrected step may leave
-# (functional.DRIFT_MAX), so every checkpoint a run writes loads.
-_DRIFT_MAX = DRIFT_MAX
-
-
-def _ceiling(drift: torch.Tensor) -> float:
-    """``_DRIFT_MAX`` rounded to the drift's dtype, as the step compares it (a float32 drift of 0.1 is 0.1000000015)."""
-    return float(torch.tensor(_DRIFT_MAX, dtype=drift.dtype))
+# _manifold_step._point_check; a corrupted 0.4 let a 0.6-scaled point pass) is functional.DRIFT_MAX, the most an
+# uncorrected step may leave, compared as the step compares it (a tensor against the float: 0.1 in the drift's dtype),
+# so every checkpoint a run writes loads.
 
 
 class ManifoldMuon(MatrixOptimizer):
@@ -191,8 +186,8 @@ class ManifoldMuon(MatrixOptimizer):
         self._check_buffer(p, state, "momentum_buffer", label)
         drift, step = state["drift"], state["step"]
         if not (isinstance(drift, torch.Tensor) and drift.numel() == 1 and drift.is_floating_point()
-                and 0 <= float(drift) <= _ceiling(drift)):  # NaN fails both comparisons
-            raise ValueError(f"{label}: drift must be a one-element real tensor in [0, {_DRIFT_MAX:g}] (the defect "
+                and bool((drift >= 0) & (drift <= DRIFT_MAX))):  # NaN fails both comparisons
+            raise ValueError(f"{label}: drift must be a one-element real tensor in [0, {DRIFT_MAX:g}] (the defect "
                              f"‖WᵀW - I‖_max left by the last uncorrected step), got {drift!r}; "
                              "a point that far off: project it (manifold.project) and store a drift of 0")
         if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:

@@ -64,19 +64,17 @@ class StepPlan:
 
         ``drift`` (``(k,)``, uncorrected steps only): the defect the step leaves for the next one to carry; a
         parameter is refused where it exceeds ``drift_max`` (no Björck step keeps it in check, and a checkpoint
-        cannot hold more: ``manifold_muon._DRIFT_MAX``).
+        cannot hold more: ``functional.DRIFT_MAX``); kept apart from ``on_manifold``, so that an error names the cause.
         """
         sums = [T.sum(dim=tuple(range(1, T.ndim))) for T in checked]
         if len({T.dtype for T in sums}) == 1:  # one isfinite for all of them
             fast = torch.isfinite(torch.stack(sums)).all(dim=0)
         else:
             fast = torch.stack([torch.isfinite(T) for T in sums]).all(dim=0)
-        if drift is not None:  # NaN drift fails here too, but a NaN defect is refused as off the manifold first
-            drift_ok = drift <= drift_max
-            on_manifold = drift_ok if on_manifold is None else on_manifold & drift_ok
+        drift_ok = None if drift is None else drift <= drift_max  # NaN fails; a NaN defect is named first
         self._batches.append(dict(labels=list(labels), fast=fast, checked=list(checked), on_manifold=on_manifold,
                                   defect=defect, tolerance=tolerance, defect_before=defect_before, drift=drift,
-                                  drift_max=drift_max))
+                                  drift_ok=drift_ok, drift_max=drift_max))
 
     def check_hyper(self, name: str, value: torch.Tensor) -> None:
         """Refuse the step unless the one-element tensor ``value`` (a tensor ``lr``, which a scheduler may have
@@ -99,7 +97,9 @@ class StepPlan:
         for _, _, ok in self._hypers:
             by_device[ok.device].append(ok.reshape(1))
         for b in self._batches:
-            ok = b["fast"] if b["on_manifold"] is None else b["fast"] & b["on_manifold"]
+            ok = b["fast"]
+            for flag in (b["on_manifold"], b["drift_ok"]):
+                ok = ok if flag is None else ok & flag
             by_device[ok.device].append(ok)
         if all(bool(torch.cat(flags).all()) for flags in by_device.values()):  # the one synchronisation
             return []
@@ -108,18 +108,17 @@ class StepPlan:
             finite = torch.stack([torch.isfinite(T).flatten(1).all(dim=1) for T in b["checked"]]).all(dim=0).tolist()
             manifold = b["on_manifold"].tolist() if b["on_manifold"] is not None else [True] * len(finite)
             before = None
-            drift = b["drift"].tolist() if b["drift"] is not None else None
+            drift_ok = b["drift_ok"].tolist() if b["drift_ok"] is not None else [True] * len(finite)
             for i, label in enumerate(b["labels"]):
                 if not finite[i]:
                     out.append(("nonfinite", label, None, None, None))
-                elif not manifold[i] and drift is not None and not drift[i] <= b["drift_max"] \
-                        and bool((b["defect"][i] <= b["tolerance"][i]).all()):
-                    out.append(("drift", label, drift[i], b["drift_max"], None))
                 elif not manifold[i]:
                     if before is None and b["defect_before"] is not None:
                         before = b["defect_before"]().reshape(len(finite), -1).amax(dim=1).tolist()
                     defect, tol = _worst(b["defect"][i], b["tolerance"][i])
                     out.append(("off_manifold", label, defect, tol, None if before is None else before[i]))
+                elif not drift_ok[i]:
+                    out.append(("drift", label, float(b["drift"][i]), b["drift_max"], None))
         # a drift refusal last: an outside change or a NaN elsewhere is the likelier cause to report first
         return sorted(out, key=lambda f: f[0] == "drift")
 
