@@ -112,3 +112,31 @@ def test_an_outside_change_is_reported_before_a_drift_elsewhere():
                    defect=torch.tensor([[0.12], [1.2]]), tolerance=torch.tensor([[0.3], [0.3]]),
                    drift=torch.tensor([0.12, 0.05]), drift_max=DRIFT_MAX)
     assert [(f[0], f[1]) for f in plan.failures()] == [("off_manifold", "w1"), ("drift", "w0")]
+
+
+@pytest.mark.parametrize("n, tail", [(2, "(1 more parameter was refused too)"), (3, "(2 more parameters were refused too)")])
+def test_the_error_counts_the_other_refused_parameters_in_good_english(n, tail):
+    from svmuon.optim.plan import NonFiniteUpdateError, raise_for
+    failures = [("nonfinite", f"parameter {i}", None, None, None) for i in range(n)]
+    with pytest.raises(NonFiniteUpdateError, match=tail.replace("(", r"\(").replace(")", r"\)")):
+        raise_for("Test", failures)
+
+
+def test_functional_uncorrected_steps_need_drift_tensors():
+    """Without a drift to carry, the point check took the accumulated drift for an outside change after ~7 steps
+    ("the step itself lost accuracy"): ``correct=False`` without drifts is now refused before anything is planned;
+    with them, the same run goes on until the ceiling."""
+    from svmuon.optim.functional import manifold_muon
+    from svmuon.orthogonal.msign import Orthogonalizer
+
+    W = _point(0)
+    kwargs = dict(lr=LR, manifold=Orthogonal(), orthogonalize=Orthogonalizer(ns_steps=3, ns_coefficients="keller_jordan"), momentum=0.95,
+                  nesterov=True, eps=None, correct=False, atol=None)
+    B = torch.zeros_like(W)
+    with pytest.raises(ValueError, match=r"correct=False needs drifts.*parameter 0"):
+        manifold_muon([W], [torch.ones_like(W)], [B], **kwargs)
+    assert torch.equal(W, _point(0)) and not B.any()
+    drift, gen = torch.zeros(()), torch.Generator().manual_seed(1)
+    for _ in range(50):
+        manifold_muon([W], [torch.randn(N, N, generator=gen)], [B], drifts=[drift], **kwargs)
+    assert 0 < float(drift) < DRIFT_MAX

@@ -218,7 +218,8 @@ def manifold_muon_updates(
         eps: the eps rule's threshold (``None``: ``√eps`` of the parameter's dtype).
         correct: apply the Björck correction (one bool, or one per parameter).
         atol: tolerance of the point check (``None``: ``√eps`` of the parameter's dtype).
-        drifts: per parameter, the defect left by its previous uncorrected step (0-d tensor or ``None``).
+        drifts: per parameter, the defect left by its previous uncorrected step (0-d tensor, updated at commit;
+            required where ``correct`` is False, else ``None`` is allowed).
         infos: one dict per parameter, filled at commit with ``(,)``-tensors ``tangent_norm``, ``damping``,
             ``defect`` and the manifold's own diagnostics. labels, plan: as :func:`muon_updates`.
 
@@ -227,12 +228,17 @@ def manifold_muon_updates(
         ``solver_states``/``infos`` are updated.
 
     Raises:
-        ValueError: per-parameter lists of unequal lengths. Non-finite updates and points off the
+        ValueError: per-parameter lists of unequal lengths; ``correct=False`` for a parameter without a drift
+            tensor. Non-finite updates and points off the
             manifold show at ``plan.verify()``.
     """
     flags = [correct] * len(params) if isinstance(correct, bool) else list(correct)
     _check_lengths(params=params, grads=grads, momentum_buffers=momentum_buffers, solver_states=solver_states,
                    correct=flags, drifts=drifts, infos=infos, labels=labels)
+    uncarried = [i for i, f in enumerate(flags) if not f and not (drifts and isinstance(drifts[i], torch.Tensor))]
+    if uncarried:  # without it the drift is taken as 0, and the point check soon blames the step for it
+        raise ValueError(f"correct=False needs drifts: a 0-d tensor per uncorrected parameter (torch.zeros(()) "
+                         f"at the start), which the step updates in place; missing for {_label(labels, uncarried[0])}")
     plan = plan if plan is not None else StepPlan("ManifoldMuon")
     flips = [bool(manifold.transposed(tuple(p.shape))) for p in params]
     shapes = [tuple(p.shape[:-2]) + ((p.shape[-1], p.shape[-2]) if f else tuple(p.shape[-2:]))

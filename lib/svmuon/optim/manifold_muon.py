@@ -43,7 +43,9 @@ for two n×n matmuls against 15–30 in the Newton–Schulz msign itself; a step
 than rounding (``3ε²/4 > 16u`` for the bound ``ε`` at ``lr``: with Keller Jordan's band from ``lr = 0.03`` in
 float64, above about ``0.3`` in float32) gets as many as bring it there, two products each (``_manifold_step._corrections``; with a tensor ``lr``,
 which is not read on the host, one). ``polar_every=0`` switches it off, up to a drift of
-``functional.DRIFT_MAX = 0.1``, beyond which a step is refused (``OffManifoldError``, naming the cause)
+``functional.DRIFT_MAX = 0.1``, beyond which a step is refused (``OffManifoldError``, naming the cause;
+the drift widens the point check's tolerance, so near the ceiling an outside change of up to about
+``2 · drift`` passes unseen)
 (float64 with an exact msign does not need it: ~3e-14 after 10,000 steps); the Gram matrix of the point
 check is then one extra product per step.
 
@@ -189,7 +191,8 @@ class ManifoldMuon(MatrixOptimizer):
                 and bool((drift >= 0) & (drift <= DRIFT_MAX))):  # NaN fails both comparisons
             raise ValueError(f"{label}: drift must be a one-element real tensor in [0, {DRIFT_MAX:g}] (the defect "
                              f"‖WᵀW - I‖_max left by the last uncorrected step), got {drift!r}; "
-                             "a point that far off: project it (manifold.project) and store a drift of 0")
+                             "a point that far off: project it (W.data.copy_(manifold.project(W))) and set this "
+                             "state's 'drift' to torch.zeros(())")
         if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
             raise ValueError(f"{label}: step must be an integer >= 0, got {step!r}")
         if not isinstance(state["solver"], dict) or not isinstance(state["info"], dict):

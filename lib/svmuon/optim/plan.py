@@ -150,7 +150,8 @@ def raise_for(optimizer: str, failures: list[tuple[str, Any, float | None, float
     if kind == "hyper":
         raise ValueError(f"{optimizer}: {label} must be a finite number >= 0, got {defect!r} (a tensor lr is checked at "
                          "every step, with the step's one synchronisation); no parameter or optimizer state was changed")
-    others = f" ({len(failures) - 1} more parameters were refused too)" if len(failures) > 1 else ""
+    extra = len(failures) - 1
+    others = f" ({extra} more parameter{'s were' if extra > 1 else ' was'} refused too)" if extra else ""
     if kind == "nonfinite":
         raise NonFiniteUpdateError(
             f"{optimizer}: the update of {label} is not finite (NaN or Inf): a NaN/Inf gradient, a momentum "
