@@ -22,6 +22,7 @@ import torch
 from torch.optim.optimizer import _to_scalar
 
 from svmuon._validation import check_device
+from svmuon.optim._batching import check_disjoint
 from svmuon.optim.plan import StepPlan, raise_for
 
 NAN_POLICIES = ("raise", "skip")
@@ -200,7 +201,9 @@ class MatrixOptimizer(torch.optim.Optimizer):
         if failures and all(kind == "nonfinite" and label.group in skip for kind, label, *_ in failures):
             self.skipped_steps += 1
             return loss
-        raise_for(type(self).__name__, failures)
+        # a NaN that skip would have skipped is not the reason the step is refused: report the other first
+        skippable = lambda f: f[0] == "nonfinite" and getattr(f[1], "group", None) in skip  # noqa: E731
+        raise_for(type(self).__name__, sorted(failures, key=skippable))
         plan.commit()
         return loss
 
@@ -311,10 +314,27 @@ class MatrixOptimizer(torch.optim.Optimizer):
                         if not isinstance(self.state[p], dict):  # torch casts what it is given
                             raise ValueError(f"{where} must be a dict, got {type(self.state[p]).__name__}")
                         self._check_state(p, self.state[p], where)
+            check_disjoint(self._written(name))
         except Exception:
             self.state, self.param_groups = old_state, old_groups
             raise
         self.skipped_steps = int(skipped)
+
+    def _written(self, name: str) -> list[tuple[torch.Tensor, str]]:
+        """Every tensor a step writes in place, labelled: the parameters, their state's tensors and those of its
+        ``solver`` dict (loaded tensors that alias one another are refused: torch's cast keeps an alias)."""
+        out = []
+        for index, group in enumerate(self.param_groups):
+            labels = Labels(index, group, list(range(len(group["params"]))))
+            for i, p in enumerate(group["params"]):
+                out.append((p, f"{name}.load_state_dict: {labels[i]}"))
+                state = self.state.get(p, {})
+                for key, value in state.items():
+                    inner = value.items() if key == "solver" and isinstance(value, dict) else [(None, value)]
+                    for sub, v in inner:
+                        where = f"['{key}']" + ("" if sub is None else f"['{sub}']")
+                        out.append((v, f"{name}.load_state_dict: the state{where} of {labels[i]}"))
+        return out
 
     def _check_replaced(self, grad: torch.Tensor, buf: torch.Tensor, labels: Labels, j: int) -> None:
         """At a step: a parameter whose shape or dtype changed since its momentum buffer was made (``p.data =
@@ -360,4 +380,4 @@ def _freeze(x: Any) -> Any:
         return tuple(_freeze(v) for v in x)
     if isinstance(x, dict):
         return tuple(sorted((k, _freeze(v)) for k, v in x.items()))
-    return x
+    return type(x), x  # True == 1 == 1.0: a bool or float set over an int is checked again

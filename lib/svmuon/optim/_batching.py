@@ -4,7 +4,7 @@ batch, their momentum, the lists' checks and labels. Private; no param-group dic
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 
@@ -51,3 +51,32 @@ def _batch_momentum(idx: list[int], grads: Sequence[torch.Tensor], buffers: Sequ
         return [new_B], whole(U).unsqueeze(0)
     new_B, U = _momentum(_stack([grads[i] for i in idx]), _stack([buffers[i] for i in idx]), momentum, nesterov)
     return list(new_B.unbind(0)), U
+
+
+def check_disjoint(items: Iterable[tuple[Any, str]]) -> None:
+    """``ValueError`` naming two of the labelled tensors that are the same memory, or two contiguous ones that
+    overlap: a step writes each in place, so one would overwrite the other. Strided views (column blocks of one
+    matrix) may interleave without overlapping: only their exact aliases are refused. Metadata only, no host read."""
+    spans: dict[tuple, list[tuple[int, int, bool, tuple, str]]] = defaultdict(list)
+    for t, label in items:
+        if not isinstance(t, torch.Tensor) or is_dtensor(t) or t.numel() == 0:
+            continue
+        size = t.element_size()
+        start = t.storage_offset() * size
+        end = start + (1 + sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()))) * size
+        layout = (start, tuple(t.shape), t.stride())
+        spans[(t.device, t.untyped_storage().data_ptr())].append((start, end, t.is_contiguous(), layout, label))
+    for rows in spans.values():
+        if len(rows) < 2:
+            continue
+        rows.sort(key=lambda r: r[0])
+        seen: dict[tuple, str] = {}
+        reach, owner = -1, ""
+        for start, end, contiguous, layout, label in rows:
+            other = seen.get(layout) or (owner if contiguous and start < reach else None)
+            if other is not None:
+                raise ValueError(f"{other} and {label} share memory: a step writes each in place, so one would "
+                                 "overwrite the other (give every parameter its own buffer and drift)")
+            seen[layout] = label
+            if contiguous and end > reach:
+                reach, owner = end, label

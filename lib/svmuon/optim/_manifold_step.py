@@ -83,7 +83,7 @@ def _plan_manifold_batch(plan: StepPlan, idx: list[int], params, grads, buffers,
     plan.add_batch([_label(labels, i) for i in idx], [U.reshape(k, -1), W_new, new_B],
                    on_manifold=on_manifold, defect=checked.reshape(k, -1), tolerance=tolerance,
                    defect_before=lambda: manifold.stabilize(Wc, False)[1],
-                   drift=None if correct else new_drift, drift_max=drift_max)
+                   drift=None if correct else new_drift, drift_max=drift_max, drift_prev=drift_prev)
     info = {"tangent_norm": d.tangent_norm * u_scale.reshape(-1), "damping": damping, "defect": defect, **d.info}
     state_rows = _rows(d.state, k, shape) if solver_states is not None else None
     info_rows = _rows(info, k, shape) if infos is not None else None
@@ -142,9 +142,13 @@ def _rows(values: dict[str, torch.Tensor], k: int, shape: tuple[int, ...]) -> di
 
 
 def _as_drift(value: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """The drift a parameter carries as a 0-d tensor of ``like``'s dtype (0 for ``None``); its range is checked
+    with the step's flags (``StepPlan.add_batch``), its type and size here (metadata: a drift set by hand)."""
     if value is None:
         return torch.zeros((), dtype=like.dtype, device=like.device)
-    return value.to(dtype=like.dtype, device=like.device)
+    if not isinstance(value, torch.Tensor) or value.numel() != 1 or not value.is_floating_point():
+        raise TypeError(f"a drift must be a 0-d floating-point tensor, got {value!r}")
+    return value.reshape(()).to(dtype=like.dtype, device=like.device)
 
 
 def _stacked_state(manifold: Any, W: torch.Tensor, states: list[dict[str, torch.Tensor]],

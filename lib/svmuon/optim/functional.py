@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from svmuon.optim._batching import _batch_momentum, _batches, _check_lengths, _label
+from svmuon.optim._batching import _batch_momentum, _batches, _check_lengths, _label, check_disjoint
 from svmuon.optim._manifold_step import _Shaped, _host_bound, _plan_manifold_batch
 from svmuon.optim.distributed import is_dtensor, shard_like
 from svmuon.orthogonal.base import eps_damping
@@ -164,9 +164,10 @@ def muon(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], momentum
     Raises:
         NonFiniteUpdateError: some update is NaN/Inf (nothing was changed).
     """
-    plan = muon_updates(params, grads, momentum_buffers, **kwargs)
-    plan.verify()
-    plan.commit()
+    with torch.no_grad():  # the writes are in place: on a leaf that requires grad they must not be recorded
+        plan = muon_updates(params, grads, momentum_buffers, **kwargs)
+        plan.verify()
+        plan.commit()
 
 
 def manifold_muon_updates(
@@ -229,16 +230,27 @@ def manifold_muon_updates(
 
     Raises:
         ValueError: per-parameter lists of unequal lengths; ``correct=False`` for a parameter without a drift
-            tensor. Non-finite updates and points off the
+            tensor; a drift that is not a 0-d floating-point tensor (``TypeError`` for a non-tensor); parameters,
+            buffers and drifts that overlap in memory (the commit would write one over another). A drift outside
+            ``[0, DRIFT_MAX]`` (NaN included) is refused at ``plan.verify()``, read with the step's other flags.
+            TypeError: ``correct`` neither a bool nor a sequence of bools. Non-finite updates and points off the
             manifold show at ``plan.verify()``.
     """
-    flags = [correct] * len(params) if isinstance(correct, bool) else list(correct)
+    flags = _check_correct(correct, len(params))
     _check_lengths(params=params, grads=grads, momentum_buffers=momentum_buffers, solver_states=solver_states,
                    correct=flags, drifts=drifts, infos=infos, labels=labels)
-    uncarried = [i for i, f in enumerate(flags) if not f and not (drifts and isinstance(drifts[i], torch.Tensor))]
-    if uncarried:  # without it the drift is taken as 0, and the point check soon blames the step for it
-        raise ValueError(f"correct=False needs drifts: a 0-d tensor per uncorrected parameter (torch.zeros(()) "
-                         f"at the start), which the step updates in place; missing for {_label(labels, uncarried[0])}")
+    _check_drifts(drifts, flags, labels)
+    _check_disjoint(labels, params=params, momentum_buffers=momentum_buffers, drifts=drifts)
+    return _manifold_muon_plan(params, grads, momentum_buffers, solver_states, lr=lr, manifold=manifold,
+                               orthogonalize=orthogonalize, momentum=momentum, nesterov=nesterov, eps=eps,
+                               correct=flags, atol=atol, drifts=drifts, infos=infos, labels=labels, plan=plan)
+
+
+def _manifold_muon_plan(params, grads, momentum_buffers, solver_states, *, lr, manifold, orthogonalize,  # noqa: ANN001
+                        momentum, nesterov, eps, correct, atol, drifts, infos, labels, plan) -> StepPlan:  # noqa: ANN001
+    """:func:`manifold_muon_updates` without its argument checks (the optimizer's hot path: its own state was
+    checked when it was made or loaded); ``correct`` is a list of bools."""
+    flags = correct
     plan = plan if plan is not None else StepPlan("ManifoldMuon")
     flips = [bool(manifold.transposed(tuple(p.shape))) for p in params]
     shapes = [tuple(p.shape[:-2]) + ((p.shape[-1], p.shape[-2]) if f else tuple(p.shape[-2:]))
@@ -252,6 +264,42 @@ def manifold_muon_updates(
     return plan
 
 
+def _check_correct(correct: Any, n: int) -> list[bool]:
+    if isinstance(correct, bool):
+        return [correct] * n
+    if isinstance(correct, (str, bytes)) or not isinstance(correct, Sequence) \
+            or not all(isinstance(c, bool) for c in correct):
+        raise TypeError(f"correct must be a bool or a sequence of bools (one per parameter), got {correct!r}")
+    return list(correct)
+
+
+def _check_drifts(drifts: Any, flags: list[bool], labels: Sequence[Any] | None) -> None:
+    """Metadata only (no host read): ``drifts`` a list of 0-d floating tensors or ``None`` (not where uncorrected)."""
+    if drifts is not None and (isinstance(drifts, (str, bytes, torch.Tensor)) or not isinstance(drifts, Sequence)):
+        raise TypeError(f"drifts must be a list (one 0-d tensor or None per parameter), got {type(drifts).__name__}")
+    for i, f in enumerate(flags):
+        d = None if drifts is None else drifts[i]
+        if d is None:
+            if not f:  # taken as 0, the drift would soon be blamed on the step
+                raise ValueError(f"correct=False needs drifts: a 0-d tensor per uncorrected parameter "
+                                 f"(torch.zeros(()) at the start), which the step updates in place; none for "
+                                 f"{_label(labels, i)}")
+            continue
+        if not isinstance(d, torch.Tensor):
+            raise TypeError(f"drifts[{i}] ({_label(labels, i)}) must be a 0-d floating-point tensor or None, got "
+                            f"{type(d).__name__}")
+        if d.dim() != 0 or not d.is_floating_point():
+            raise ValueError(f"drifts[{i}] ({_label(labels, i)}) must be a 0-d floating-point tensor (one drift per "
+                             f"parameter, whatever its batch shape), got shape {tuple(d.shape)} {d.dtype}")
+
+
+def _check_disjoint(labels: Sequence[Any] | None, **lists: Sequence[Any] | None) -> None:
+    """``ValueError`` where two of the tensors the commit writes (named by list and index) share memory
+    (:func:`~svmuon.optim._batching.check_disjoint`)."""
+    check_disjoint([(t, f"{name}[{i}] ({_label(labels, i)})") for name, tensors in lists.items()
+                    for i, t in enumerate(tensors or ())])
+
+
 def manifold_muon(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
                   momentum_buffers: Sequence[torch.Tensor], solver_states: Sequence[dict] | None = None,
                   **kwargs: Any) -> None:
@@ -261,6 +309,7 @@ def manifold_muon(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
         NonFiniteUpdateError: some update is NaN/Inf. OffManifoldError: a point had left its manifold.
             In both cases nothing was changed.
     """
-    plan = manifold_muon_updates(params, grads, momentum_buffers, solver_states, **kwargs)
-    plan.verify()
-    plan.commit()
+    with torch.no_grad():  # the writes are in place: on a leaf that requires grad they must not be recorded
+        plan = manifold_muon_updates(params, grads, momentum_buffers, solver_states, **kwargs)
+        plan.verify()
+        plan.commit()

@@ -1,6 +1,7 @@
 """ManifoldMuon: Muon whose matrices stay on a manifold ``WᵀW = I`` (su2025orthogonal); OrthogonalMuon.
 
-A thin :class:`torch.optim.Optimizer` shell over :func:`svmuon.optim.functional.manifold_muon_updates`;
+A thin :class:`torch.optim.Optimizer` shell over :func:`svmuon.optim.functional.manifold_muon_updates` (its
+unchecked core: the optimizer's own state was checked when it was made or loaded);
 all geometry comes from the manifold object (:class:`svmuon.orthogonal.base.Manifold`), so a new manifold
 (Stiefel) or retraction never touches this file. For each parameter ``W`` with Euclidean gradient ``g``
 one step is
@@ -66,7 +67,7 @@ import torch
 from svmuon._validation import check_int
 from svmuon.optim._base import NAN_POLICIES, Labels, MatrixOptimizer, check_bool, check_hyper, check_param
 from svmuon.optim.distributed import whole
-from svmuon.optim.functional import DRIFT_MAX, StepPlan, manifold_muon_updates
+from svmuon.optim.functional import DRIFT_MAX, StepPlan, _manifold_muon_plan
 
 __all__ = ["ManifoldMuon", "OrthogonalMuon"]
 
@@ -77,6 +78,9 @@ _TOLERANCE_MAX = 1e-2
 # _manifold_step._point_check; a corrupted 0.4 let a 0.6-scaled point pass) is functional.DRIFT_MAX, the most an
 # uncorrected step may leave, compared as the step compares it (a tensor against the float: 0.1 in the drift's dtype),
 # so every checkpoint a run writes loads.
+
+
+_LOAD_MAX = float(torch.tensor(DRIFT_MAX, dtype=torch.float32))
 
 
 class ManifoldMuon(MatrixOptimizer):
@@ -187,12 +191,14 @@ class ManifoldMuon(MatrixOptimizer):
             raise ValueError(f"{label} lacks {missing}: is this the state dict of another optimizer?")
         self._check_buffer(p, state, "momentum_buffer", label)
         drift, step = state["drift"], state["step"]
-        if not (isinstance(drift, torch.Tensor) and drift.numel() == 1 and drift.is_floating_point()
-                and bool((drift >= 0) & (drift <= DRIFT_MAX))):  # NaN fails both comparisons
-            raise ValueError(f"{label}: drift must be a one-element real tensor in [0, {DRIFT_MAX:g}] (the defect "
-                             f"‖WᵀW - I‖_max left by the last uncorrected step), got {drift!r}; "
-                             "a point that far off: project it (W.data.copy_(manifold.project(W))) and set this "
-                             "state's 'drift' to torch.zeros(())")
+        if not (isinstance(drift, torch.Tensor) and drift.dim() == 0 and drift.is_floating_point()):
+            raise ValueError(f"{label}: drift must be a 0-d floating-point tensor (the defect ‖WᵀW - I‖_max left by "
+                             f"the last uncorrected step), got {drift!r}")
+        # the ceiling rounded to float32: a float32 checkpoint at the ceiling loads into a float64 model
+        if not bool((drift >= 0) & (drift <= _LOAD_MAX)):  # NaN fails both comparisons
+            raise ValueError(f"{label}: drift must be in [0, {DRIFT_MAX:g}], got {float(drift)!r}: a point that far "
+                             "off: project it (W.data.copy_(manifold.project(W))) and set this state's 'drift' to "
+                             "torch.zeros(())")
         if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
             raise ValueError(f"{label}: step must be an integer >= 0, got {step!r}")
         if not isinstance(state["solver"], dict) or not isinstance(state["info"], dict):
@@ -285,10 +291,10 @@ class ManifoldMuon(MatrixOptimizer):
             solver.append(view["solver"])
             infos.append(view["info"])
             correct.append(every > 0 and step % every == 0)
-        manifold_muon_updates(params, grads, buffers, solver, lr=self._lr(group), manifold=self.manifold,
-                              orthogonalize=self._group_orthogonalizer(group), momentum=group["momentum"],
-                              nesterov=group["nesterov"], eps=group["eps"], correct=correct, atol=group["atol"],
-                              drifts=drifts, infos=infos, labels=labels, plan=plan)
+        _manifold_muon_plan(params, grads, buffers, solver, lr=self._lr(group), manifold=self.manifold,
+                            orthogonalize=self._group_orthogonalizer(group), momentum=group["momentum"],
+                            nesterov=group["nesterov"], eps=group["eps"], correct=correct, atol=group["atol"],
+                            drifts=drifts, infos=infos, labels=labels, plan=plan)
 
 
 class OrthogonalMuon(ManifoldMuon):

@@ -53,7 +53,8 @@ class StepPlan:
                   on_manifold: torch.Tensor | None = None, defect: torch.Tensor | None = None,
                   tolerance: torch.Tensor | None = None,
                   defect_before: Callable[[], torch.Tensor] | None = None,
-                  drift: torch.Tensor | None = None, drift_max: float | None = None) -> None:
+                  drift: torch.Tensor | None = None, drift_max: float | None = None,
+                  drift_prev: torch.Tensor | None = None) -> None:
         """Record ``k`` parameters whose new values are finite iff every tensor of ``checked`` (each
         ``(k, ...)``) is, and (on a manifold) their ``(k,)`` check with the defects and tolerances behind it
         (``(k,)`` or ``(k, b)`` for ``b`` matrices each, broadcastable; an error reports a parameter's worst matrix).
@@ -65,6 +66,8 @@ class StepPlan:
         ``drift`` (``(k,)``, uncorrected steps only): the defect the step leaves for the next one to carry; a
         parameter is refused where it exceeds ``drift_max`` (no Björck step keeps it in check, and a checkpoint
         cannot hold more: ``functional.DRIFT_MAX``); kept apart from ``on_manifold``, so that an error names the cause.
+        ``drift_prev`` (``(k,)``): the drift each parameter carried into the step, refused outside
+        ``[0, drift_max]`` (NaN included; a bad argument or state, named before anything it caused).
         """
         sums = [T.sum(dim=tuple(range(1, T.ndim))) for T in checked]
         if len({T.dtype for T in sums}) == 1:  # one isfinite for all of them
@@ -72,9 +75,12 @@ class StepPlan:
         else:
             fast = torch.stack([torch.isfinite(T) for T in sums]).all(dim=0)
         drift_ok = None if drift is None else drift <= drift_max  # NaN fails; a NaN defect is named first
+        # in [0, drift_max] iff clamping changes nothing (NaN: NaN != NaN); two small ops on the hot path
+        carried_ok = None if drift_prev is None else drift_prev.clamp(0.0, drift_max) == drift_prev
         self._batches.append(dict(labels=list(labels), fast=fast, checked=list(checked), on_manifold=on_manifold,
                                   defect=defect, tolerance=tolerance, defect_before=defect_before, drift=drift,
-                                  drift_ok=drift_ok, drift_max=drift_max))
+                                  drift_ok=drift_ok, drift_max=drift_max, drift_prev=drift_prev,
+                                  carried_ok=carried_ok))
 
     def check_hyper(self, name: str, value: torch.Tensor) -> None:
         """Refuse the step unless the one-element tensor ``value`` (a tensor ``lr``, which a scheduler may have
@@ -90,15 +96,17 @@ class StepPlan:
 
     def failures(self) -> list[tuple[str, Any, float | None, float | None, float | None]]:
         """``[(kind, label, defect, tolerance, defect_before)]`` of every refused parameter (``kind``:
-        ``"nonfinite"``, ``"off_manifold"``, ``"drift"`` (``defect``: the drift, ``tolerance``: its ceiling) or ``"hyper"``, a bad tensor hyperparameter of :meth:`check_hyper`, listed
-        first: it is the cause of the others). Reads every flag at once: one host synchronisation per device
+        ``"nonfinite"``, ``"off_manifold"``, ``"drift"`` (``defect``: the drift, ``tolerance``: its ceiling),
+        ``"carried_drift"`` (a drift carried into the step outside ``[0, ceiling]``), ``"hyper"`` (a bad tensor
+        hyperparameter of :meth:`check_hyper`) or ``"unexplained"``; hyperparameters first, then carried drifts
+        (the causes of the others), drift refusals last). Reads every flag at once: one host synchronisation per device
         (usually one)."""
         by_device: dict[torch.device, list[torch.Tensor]] = defaultdict(list)
         for _, _, ok in self._hypers:
             by_device[ok.device].append(ok.reshape(1))
         for b in self._batches:
             ok = b["fast"]
-            for flag in (b["on_manifold"], b["drift_ok"]):
+            for flag in (b["on_manifold"], b["drift_ok"], b["carried_ok"]):
                 ok = ok if flag is None else ok & flag
             by_device[ok.device].append(ok)
         if all(bool(torch.cat(flags).all()) for flags in by_device.values()):  # the one synchronisation
@@ -109,8 +117,11 @@ class StepPlan:
             manifold = b["on_manifold"].tolist() if b["on_manifold"] is not None else [True] * len(finite)
             before = None
             drift_ok = b["drift_ok"].tolist() if b["drift_ok"] is not None else [True] * len(finite)
+            carried_ok = b["carried_ok"].tolist() if b["carried_ok"] is not None else [True] * len(finite)
             for i, label in enumerate(b["labels"]):
-                if not finite[i]:
+                if not carried_ok[i]:
+                    out.append(("carried_drift", label, float(b["drift_prev"][i]), b["drift_max"], None))
+                elif not finite[i]:
                     out.append(("nonfinite", label, None, None, None))
                 elif not manifold[i]:
                     if before is None and b["defect_before"] is not None:
@@ -119,8 +130,11 @@ class StepPlan:
                     out.append(("off_manifold", label, defect, tol, None if before is None else before[i]))
                 elif not drift_ok[i]:
                     out.append(("drift", label, float(b["drift"][i]), b["drift_max"], None))
-        # a drift refusal last: an outside change or a NaN elsewhere is the likelier cause to report first
-        return sorted(out, key=lambda f: f[0] == "drift")
+        if not out:  # a flag failed with no cause found: never commit on it (a flag of an unexpected shape)
+            out.append(("unexplained", None, None, None, None))
+        # a bad carried drift first (it is the cause of what follows from it); a drift refusal last: an outside
+        # change or a NaN elsewhere is the likelier cause to report first
+        return sorted(out, key=lambda f: _ORDER.get(f[0], 1))
 
     def verify(self) -> None:
         """Raise :class:`NonFiniteUpdateError` or :class:`OffManifoldError` for the first refused parameter."""
@@ -134,6 +148,9 @@ class StepPlan:
             fn()
 
 
+_ORDER = {"hyper": -1, "carried_drift": 0, "drift": 2}
+
+
 def _worst(defect: torch.Tensor, tolerance: torch.Tensor) -> tuple[float, float]:
     """The defect and tolerance of a parameter's worst matrix (the largest excess; NaN first), as floats."""
     defect, tolerance = defect.reshape(-1), torch.broadcast_to(tolerance.reshape(-1), defect.reshape(-1).shape)
@@ -143,41 +160,49 @@ def _worst(defect: torch.Tensor, tolerance: torch.Tensor) -> tuple[float, float]
 
 
 def raise_for(optimizer: str, failures: list[tuple[str, Any, float | None, float | None, float | None]]) -> None:
-    """Raise the error that describes the first of ``failures`` (nothing if it is empty)."""
+    """Raise the error that describes the first of ``failures`` (nothing if it is empty); every message ends by
+    saying that nothing was changed and how many other parameters were refused."""
     if not failures:
         return
     kind, label, defect, tol, before = failures[0]
-    if kind == "hyper":
-        raise ValueError(f"{optimizer}: {label} must be a finite number >= 0, got {defect!r} (a tensor lr is checked at "
-                         "every step, with the step's one synchronisation); no parameter or optimizer state was changed")
     extra = len(failures) - 1
     others = f" ({extra} more parameter{'s were' if extra > 1 else ' was'} refused too)" if extra else ""
+    unchanged = f"; no parameter or optimizer state was changed{others}"
+    if kind == "hyper":
+        raise ValueError(f"{optimizer}: {label} must be a finite number >= 0, got {defect!r} (a tensor lr is checked at "
+                         f"every step, with the step's one synchronisation){unchanged}")
+    if kind == "carried_drift":
+        raise ValueError(
+            f"{optimizer}: the drift carried for {label} must be in [0, {tol:g}] (the defect max|WᵀW - I| left by its "
+            f"last uncorrected step: drifts[i] in the functional API, optimizer.state[W]['drift'] in the optimizer), "
+            f"got {defect!r}{unchanged}")
+    if kind == "unexplained":
+        raise RuntimeError(f"{optimizer}: a check of the step failed with no cause found (a flag of an unexpected "
+                           f"shape?){unchanged}")
     if kind == "nonfinite":
         raise NonFiniteUpdateError(
             f"{optimizer}: the update of {label} is not finite (NaN or Inf): a NaN/Inf gradient, a momentum "
-            f"that overflowed, a NaN/Inf state loaded from a checkpoint, or a factorisation that did not converge{others}; "
-            "no parameter or optimizer "
-            "state was changed")
+            f"that overflowed, a NaN/Inf state loaded from a checkpoint, or a factorisation that did not "
+            f"converge{unchanged}")
     if kind == "drift":
         raise OffManifoldError(
             f"{optimizer}: uncorrected steps have let {label} drift off its manifold: max|WᵀW - I| = {defect:.3g} after "
             f"the step, above {tol:g}, the most an uncorrected run may carry (the point check adds it to its tolerance) "
-            f"and a checkpoint may hold{others}. No Björck step corrected them in time (polar_every=0, a polar_every too "
+            "and a checkpoint may hold. No Björck step corrected the drift in time (polar_every=0, a polar_every too "
             "large for this lr, or correct=False in the functional API): lower polar_every (1 corrects every step), or "
             "project the point back, e.g. W.data.copy_(manifold.project(W)), and zero its drift "
-            "(optimizer.state[W]['drift'].zero_()); no parameter or optimizer state was changed")
+            f"(optimizer.state[W]['drift'].zero_()){unchanged}")
     if before is not None and before <= tol:
         raise OffManifoldError(
             f"{optimizer}: the step would leave {label} off its manifold: max|WᵀW - I| = {defect:.3g} after the step, "
-            f"above its tolerance {tol:.3g}, from a point on it (max|WᵀW - I| = {before:.3g} before){others}. The step "
+            f"above its tolerance {tol:.3g}, from a point on it (max|WᵀW - I| = {before:.3g} before). The step "
             "itself lost accuracy: a step length far beyond the manifold's scale in a low precision, or a manifold "
-            "whose retraction does not fit its direction. Lower lr, or use float64; no parameter or optimizer state "
-            "was changed")
+            f"whose retraction does not fit its direction. Lower lr, or use float64{unchanged}")
     # the point before the step is the evidence where it is known (a manifold whose retraction heals any point, the
     # Stiefel one, returns one on the manifold from it); else the point after it
     where = (f"max|WᵀW - I| = {before:.3g} before the step" if before is not None
              else f"max|WᵀW - I| = {defect:.3g} after the step")
     raise OffManifoldError(
         f"{optimizer}: {label} is no longer on its manifold: {where}, above "
-        f"its tolerance {tol:.3g}{others}; it was changed outside the optimizer (scaled or overwritten?). "
-        "Project it back, e.g. W.data.copy_(manifold.project(W)); no parameter or optimizer state was changed")
+        f"its tolerance {tol:.3g}; it was changed outside the optimizer (scaled or overwritten?). "
+        f"Project it back, e.g. W.data.copy_(manifold.project(W)){unchanged}")
