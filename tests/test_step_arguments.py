@@ -95,11 +95,17 @@ def test_drifts_as_a_tensor_is_refused():
         manifold_muon([W], [torch.ones_like(W)], [B], correct=False, drifts=torch.zeros(1), **KW)
 
 
-@pytest.mark.parametrize("correct", [np.bool_(False), torch.tensor(False), None, 0, "no", [None]])
+@pytest.mark.parametrize("correct", [torch.tensor(False), None, 0, "no", [None]])
 def test_correct_must_be_bools(correct):
     W, B = _point(), torch.zeros(4, 4, dtype=torch.float64)
     with pytest.raises(TypeError, match=r"correct must be a bool or a sequence of bools"):
         manifold_muon([W], [torch.ones_like(W)], [B], correct=correct, **{**KW, "drifts": [torch.zeros(())]})
+
+
+def test_numpy_bools_are_bools():
+    W, B = _point(), torch.zeros(4, 4, dtype=torch.float64)
+    for correct in (np.bool_(True), list(np.array([True]))):
+        manifold_muon([W], [torch.ones_like(W)], [B], correct=correct, **KW)
 
 
 def test_aliased_buffers_and_drifts_are_refused_in_the_functional_api():
@@ -180,13 +186,77 @@ def test_skip_reports_the_refusal_it_cannot_skip():
     assert opt.skipped_steps == 0
 
 
-def test_a_float32_drift_at_the_ceiling_loads_into_a_float64_model():
-    p32, opt32 = _stepped(polar_every=0, dtype=torch.float32)
-    opt32.state[p32]["drift"].fill_(DRIFT_MAX)  # float32(0.1) = 0.10000000149 > 0.1 once cast to float64
+@pytest.mark.parametrize("polar_every", [0, 1])
+def test_a_float32_drift_at_the_ceiling_loads_into_a_float64_model_and_steps(polar_every):
+    """float32(0.1) = 0.10000000149 > 0.1 once cast to float64: the loader and the step test a carried drift
+    against the same ceiling (CARRIED_DRIFT_MAX), so what loads also steps."""
+    p32, opt32 = _stepped(polar_every=polar_every, dtype=torch.float32)
+    opt32.state[p32]["drift"].fill_(DRIFT_MAX)
     p64 = torch.nn.Parameter(_point())
-    opt64 = ManifoldMuon([p64], lr=0.05, polar_every=0)
+    opt64 = ManifoldMuon([p64], lr=0.05, polar_every=polar_every)
     opt64.load_state_dict(opt32.state_dict())
-    assert opt64.state[p64]["drift"].dtype == torch.float64
+    assert opt64.state[p64]["drift"].dtype == torch.float64 and float(opt64.state[p64]["drift"]) > DRIFT_MAX
+    p64.grad = torch.randn_like(p64)
+    opt64.step()  # a point on the manifold: its new drift is at rounding level, or 0 when corrected
+    assert float(opt64.state[p64]["drift"]) < 1e-12
+
+
+def test_a_tied_parameter_listed_twice_round_trips():
+    """torch warns about a parameter listed twice in a group and steps it; its state dict must load back (the
+    alias check compares state, not the parameters the caller owns)."""
+    p = torch.nn.Parameter(_point())
+    with pytest.warns(UserWarning):
+        opt = ManifoldMuon([p, p], lr=0.05)
+    p.grad = torch.randn_like(p)
+    opt.step()
+    opt.load_state_dict(copy.deepcopy(opt.state_dict()))
+    m = torch.nn.Parameter(torch.randn(5, 3))
+    with pytest.warns(UserWarning):
+        muon = Muon([m, m], lr=0.1)
+    m.grad = torch.randn_like(m)
+    muon.step()
+    muon.load_state_dict(copy.deepcopy(muon.state_dict()))
+
+
+def test_strided_aliases_expanded_buffers_and_shared_solver_dicts_are_refused():
+    """W and W.mT share every entry but not a layout; an expand()ed buffer cannot be written in place (it used to
+    fail inside torch after W was written); one solver dict for two parameters would warm-start both from it."""
+    W, W2 = _point(4, 0), _point(4, 1)
+    g = [torch.ones_like(W)]
+    _unchanged_after(lambda: manifold_muon([W], g, [W.mT], correct=True, **KW), [W], ValueError,  # noqa: E731
+                     r"params\[0\] .* and momentum_buffers\[0\] .* share memory")
+    B = torch.zeros(4, dtype=torch.float64).expand(4, 4)
+    _unchanged_after(lambda: manifold_muon([W], g, [B], correct=True, **KW), [W], ValueError,  # noqa: E731
+                     r"momentum_buffers\[0\] .* entries that share memory")
+    shared: dict = {}
+    call = lambda: manifold_muon([W, W2], g * 2, [torch.zeros_like(W), torch.zeros_like(W2)], [shared, shared],  # noqa: E731
+                                 correct=True, **KW)
+    _unchanged_after(call, [W, W2], ValueError, r"solver_states\[0\] and solver_states\[1\] are one dict")
+
+
+def test_meta_tensors_are_not_taken_for_aliases():
+    """Meta tensors have no memory (every data pointer is 0): the alias check skips them."""
+    from svmuon.optim.functional import _check_disjoint
+
+    metas = [torch.empty(4, 4, device="meta") for _ in range(3)]
+    _check_disjoint(None, None, params=metas[:2], momentum_buffers=metas[1:])
+
+
+def test_a_drift_of_the_wrong_kind_in_the_optimizer_state_is_named():
+    p, opt = _stepped()
+    opt.state[p]["drift"] = torch.zeros(3, dtype=torch.float64)
+    _unchanged_after(opt.step, [p], ValueError, r"the drift of parameter .* must be a 0-d floating-point tensor")
+
+
+def test_manifold_muon_updates_commits_into_a_parameter_outside_no_grad():
+    from svmuon.optim.functional import manifold_muon_updates
+
+    a, b = _point(4, 0), torch.nn.Parameter(_point(3, 1))
+    plan = manifold_muon_updates([a, b], [torch.randn_like(a), torch.randn_like(b)],
+                                 [torch.zeros_like(a), torch.zeros_like(b)], correct=True, **KW)
+    plan.verify()
+    plan.commit()
+    assert b.grad_fn is None and not torch.equal(a, _point(4, 0))
 
 
 def test_a_failed_flag_without_a_cause_is_never_committed():
@@ -207,3 +277,11 @@ def test_every_refusal_ends_with_the_count_of_the_others():
         raise_for("Test", [("nonfinite", f"p{i}", None, None, None) for i in range(3)])
     with pytest.raises(ValueError, match=r"was changed \(1 more parameter was refused too\)$"):
         raise_for("Test", [("hyper", "lr", -1.0, None, None), ("nonfinite", "p", None, None, None)])
+    # a NaN lr in two groups refuses both groups' parameters: one more hyperparameter, two parameters
+    failures = [("hyper", "lr0", float("nan"), None, None), ("hyper", "lr1", float("nan"), None, None),
+                ("nonfinite", "p0", None, None, None), ("nonfinite", "p1", None, None, None)]
+    with pytest.raises(ValueError, match=r"\(2 more parameters were refused too; 1 more hyperparameter was refused "
+                                         r"too\)$"):
+        raise_for("Test", failures)
+    with pytest.raises(OffManifoldError, match=r"changed$"):  # one parameter refused for two causes: no others
+        raise_for("Test", [("off_manifold", "p", 1.0, 0.1, None), ("drift", "p", 0.2, 0.1, None)])

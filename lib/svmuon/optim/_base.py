@@ -22,7 +22,7 @@ import torch
 from torch.optim.optimizer import _to_scalar
 
 from svmuon._validation import check_device
-from svmuon.optim._batching import check_disjoint
+from svmuon.optim._batching import check_disjoint, shares_entries
 from svmuon.optim.plan import StepPlan, raise_for
 
 NAN_POLICIES = ("raise", "skip")
@@ -80,13 +80,6 @@ def check_param(p: Any, label: str, optimizer: str) -> None:
     if shares_entries(p):
         raise ValueError(f"{optimizer}: {label} has entries that share memory (stride {p.stride()}: an expand()ed "
                          "tensor?), which a step cannot write in place; pass a contiguous copy (.clone())")
-
-
-def shares_entries(t: torch.Tensor) -> bool:
-    """Whether two entries of ``t`` are one memory location (a stride 0 along a dimension longer than 1, as
-    ``expand`` makes): an in-place write into it raises inside torch, which would come in the middle of a
-    step's commit, after other tensors were written."""
-    return any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape))
 
 
 class Label(str):
@@ -314,26 +307,32 @@ class MatrixOptimizer(torch.optim.Optimizer):
                         if not isinstance(self.state[p], dict):  # torch casts what it is given
                             raise ValueError(f"{where} must be a dict, got {type(self.state[p]).__name__}")
                         self._check_state(p, self.state[p], where)
-            check_disjoint(self._written(name))
+            try:
+                check_disjoint(self._written())
+            except ValueError as err:
+                raise ValueError(f"{name}.load_state_dict: {err}") from None
         except Exception:
             self.state, self.param_groups = old_state, old_groups
             raise
         self.skipped_steps = int(skipped)
 
-    def _written(self, name: str) -> list[tuple[torch.Tensor, str]]:
-        """Every tensor a step writes in place, labelled: the parameters, their state's tensors and those of its
-        ``solver`` dict (loaded tensors that alias one another are refused: torch's cast keeps an alias)."""
-        out = []
+    def _written(self) -> list[tuple[torch.Tensor, str, str]]:
+        """Every tensor a step writes in place, labelled: the parameters (kind ``"param"``), their state's tensors
+        and those of its ``solver`` dict (loaded tensors that alias one another or a parameter are refused: torch's
+        cast keeps an alias)."""
+        out, seen = [], set()
         for index, group in enumerate(self.param_groups):
             labels = Labels(index, group, list(range(len(group["params"]))))
             for i, p in enumerate(group["params"]):
-                out.append((p, f"{name}.load_state_dict: {labels[i]}"))
-                state = self.state.get(p, {})
-                for key, value in state.items():
+                if id(p) in seen:  # a parameter listed twice (torch warns): one state, checked once
+                    continue
+                seen.add(id(p))
+                out.append((p, labels[i], "param"))
+                for key, value in self.state.get(p, {}).items():
                     inner = value.items() if key == "solver" and isinstance(value, dict) else [(None, value)]
                     for sub, v in inner:
                         where = f"['{key}']" + ("" if sub is None else f"['{sub}']")
-                        out.append((v, f"{name}.load_state_dict: the state{where} of {labels[i]}"))
+                        out.append((v, f"the state{where} of {labels[i]}", "state"))
         return out
 
     def _check_replaced(self, grad: torch.Tensor, buf: torch.Tensor, labels: Labels, j: int) -> None:

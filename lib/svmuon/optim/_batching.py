@@ -53,30 +53,53 @@ def _batch_momentum(idx: list[int], grads: Sequence[torch.Tensor], buffers: Sequ
     return list(new_B.unbind(0)), U
 
 
-def check_disjoint(items: Iterable[tuple[Any, str]]) -> None:
-    """``ValueError`` naming two of the labelled tensors that are the same memory, or two contiguous ones that
-    overlap: a step writes each in place, so one would overwrite the other. Strided views (column blocks of one
-    matrix) may interleave without overlapping: only their exact aliases are refused. Metadata only, no host read."""
-    spans: dict[tuple, list[tuple[int, int, bool, tuple, str]]] = defaultdict(list)
-    for t, label in items:
-        if not isinstance(t, torch.Tensor) or is_dtensor(t) or t.numel() == 0:
+def shares_entries(t: torch.Tensor) -> bool:
+    """Whether two entries of ``t`` are one memory location (a stride 0 along a dimension longer than 1, as
+    ``expand`` makes): an in-place write into it raises inside torch, which would come in the middle of a
+    step's commit, after other tensors were written."""
+    return any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape))
+
+
+def check_disjoint(items: Iterable[tuple[Any, str, str]]) -> None:
+    """``ValueError`` naming two of the ``(tensor, label, kind)`` items that share a memory location, or one whose
+    own entries do (stride 0): a step writes each in place, so one write would land on another. Two items of kind
+    ``"param"`` are not compared (parameters are the caller's; they may be views of one buffer, or one tied
+    parameter listed twice). Metadata only (no device read); tensors sharing a storage whose spans meet are
+    compared element by element on the host (strided views may interleave without overlapping)."""
+    spans: dict[tuple, list[tuple[int, int, torch.Tensor, str, str]]] = defaultdict(list)
+    for t, label, kind in items:
+        if not isinstance(t, torch.Tensor) or is_dtensor(t) or t.numel() == 0 or t.is_meta:
+            continue
+        if kind != "param" and shares_entries(t):
+            raise ValueError(f"{label} has entries that share memory (stride {t.stride()}: an expand()ed tensor?), "
+                             "which a step cannot write in place; pass a contiguous copy (.clone())")
+        ptr = t.untyped_storage().data_ptr()
+        if ptr == 0:
             continue
         size = t.element_size()
         start = t.storage_offset() * size
         end = start + (1 + sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()))) * size
-        layout = (start, tuple(t.shape), t.stride())
-        spans[(t.device, t.untyped_storage().data_ptr())].append((start, end, t.is_contiguous(), layout, label))
+        spans[(t.device, ptr)].append((start, end, t, label, kind))
     for rows in spans.values():
-        if len(rows) < 2:
-            continue
         rows.sort(key=lambda r: r[0])
-        seen: dict[tuple, str] = {}
-        reach, owner = -1, ""
-        for start, end, contiguous, layout, label in rows:
-            other = seen.get(layout) or (owner if contiguous and start < reach else None)
-            if other is not None:
-                raise ValueError(f"{other} and {label} share memory: a step writes each in place, so one would "
-                                 "overwrite the other (give every parameter its own buffer and drift)")
-            seen[layout] = label
-            if contiguous and end > reach:
-                reach, owner = end, label
+        for i, (_, end, a, label_a, kind_a) in enumerate(rows):
+            for start_b, _, b, label_b, kind_b in rows[i + 1:]:
+                if start_b >= end:  # sorted by start: no later row reaches back into this one
+                    break
+                if (kind_a, kind_b) != ("param", "param") and _overlap(a, b):
+                    raise ValueError(f"{label_a} and {label_b} share memory: a step writes each in place, so one "
+                                     "write would land on the other")
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors of one storage whose spans meet share an element (exact for equal element sizes)."""
+    if a.is_contiguous() and b.is_contiguous():
+        return True
+    if a.element_size() != b.element_size():
+        return True  # a reinterpretation of one storage: treated as overlapping
+
+    def offsets(t: torch.Tensor) -> torch.Tensor:
+        extent = t.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+        return torch.arange(extent).as_strided(t.shape, t.stride(), t.storage_offset()).reshape(-1)
+
+    return bool(torch.isin(offsets(a), offsets(b)).any())

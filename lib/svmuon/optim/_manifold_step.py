@@ -44,7 +44,7 @@ def _canonical_stack(tensors: Sequence[torch.Tensor], idx: list[int], flips: Seq
 def _plan_manifold_batch(plan: StepPlan, idx: list[int], params, grads, buffers, solver_states, flips, *,  # noqa: ANN001
                          lr: Any, lr_max: float | None, manifold: Any, orthogonalize: Any, momentum: float,
                          nesterov: bool, eps: float | None, correct: bool, atol: float | None, drifts, infos,
-                         labels, drift_max: float) -> None:
+                         labels, drift_max: float, carried_max: float) -> None:
     """One batch of :func:`manifold_muon_updates` (same canonical shape, dtype, device and correction flag)."""
     dt = is_dtensor(params[idx[0]])
     if dt:  # FSDP2, a batch of one shard: the whole point, and the gradient with the buffer in one all-gather
@@ -74,7 +74,7 @@ def _plan_manifold_batch(plan: StepPlan, idx: list[int], params, grads, buffers,
     W_new, defect = manifold.stabilize(manifold.retract_direction(Wc, d.step, eta, lr_max), corrections)
     W_new, new_B = W_new.reshape(W.shape), new_B.reshape(W.shape)
     k = len(idx)
-    drift_prev = torch.stack([_as_drift(drifts[i] if drifts else None, defect) for i in idx])
+    drift_prev = torch.stack([_as_drift(drifts[i] if drifts else None, defect, labels, i) for i in idx])
     checked = defect if start is None else torch.maximum(defect, start)
     on_manifold, tolerance = _point_check(checked, drift_prev, eta, manifold, orthogonalize, atol)
     # a NaN/Inf in g, B or B' reaches U; U is checked itself (the SVD route reads NaN as 0, the Stiefel one solves it as
@@ -83,7 +83,8 @@ def _plan_manifold_batch(plan: StepPlan, idx: list[int], params, grads, buffers,
     plan.add_batch([_label(labels, i) for i in idx], [U.reshape(k, -1), W_new, new_B],
                    on_manifold=on_manifold, defect=checked.reshape(k, -1), tolerance=tolerance,
                    defect_before=lambda: manifold.stabilize(Wc, False)[1],
-                   drift=None if correct else new_drift, drift_max=drift_max, drift_prev=drift_prev)
+                   drift=None if correct else new_drift, drift_max=drift_max, drift_prev=drift_prev,
+                   carried_max=carried_max)
     info = {"tangent_norm": d.tangent_norm * u_scale.reshape(-1), "damping": damping, "defect": defect, **d.info}
     state_rows = _rows(d.state, k, shape) if solver_states is not None else None
     info_rows = _rows(info, k, shape) if infos is not None else None
@@ -141,13 +142,16 @@ def _rows(values: dict[str, torch.Tensor], k: int, shape: tuple[int, ...]) -> di
     return {key: v.reshape(k, *shape[:-2], *v.shape[1:]).unbind(0) for key, v in values.items()}
 
 
-def _as_drift(value: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
-    """The drift a parameter carries as a 0-d tensor of ``like``'s dtype (0 for ``None``); its range is checked
-    with the step's flags (``StepPlan.add_batch``), its type and size here (metadata: a drift set by hand)."""
+def _as_drift(value: torch.Tensor | None, like: torch.Tensor, labels: Any, i: int) -> torch.Tensor:
+    """The drift parameter ``i`` carries as a 0-d tensor of ``like``'s dtype (0 for ``None``); its range is checked
+    with the step's flags (``StepPlan.add_batch``), its type and size here (metadata: a drift set by hand in
+    ``optimizer.state[W]['drift']``)."""
     if value is None:
         return torch.zeros((), dtype=like.dtype, device=like.device)
     if not isinstance(value, torch.Tensor) or value.numel() != 1 or not value.is_floating_point():
-        raise TypeError(f"a drift must be a 0-d floating-point tensor, got {value!r}")
+        raise ValueError(f"the drift of {_label(labels, i)} (optimizer.state[W]['drift'], or drifts[{i}] in the "
+                         f"functional API) must be a 0-d floating-point tensor, got {value!r}; no parameter or "
+                         "optimizer state was changed")
     return value.reshape(()).to(dtype=like.dtype, device=like.device)
 
 

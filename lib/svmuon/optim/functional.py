@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 
 from svmuon.optim._batching import _batch_momentum, _batches, _check_lengths, _label, check_disjoint
@@ -45,7 +46,8 @@ from svmuon.optim.distributed import is_dtensor, shard_like
 from svmuon.orthogonal.base import eps_damping
 from svmuon.optim.plan import NonFiniteUpdateError, OffManifoldError, StepPlan  # noqa: F401  (also importable from here)
 
-__all__ = ["muon", "manifold_muon", "muon_updates", "manifold_muon_updates", "adjust_lr", "DRIFT_MAX"]
+__all__ = ["muon", "manifold_muon", "muon_updates", "manifold_muon_updates", "adjust_lr", "DRIFT_MAX",
+           "CARRIED_DRIFT_MAX"]
 
 #: The most drift (``‖WᵀW - I‖_max`` left by uncorrected steps, ``correct=False``) a step may leave: the point check
 #: adds the drift to its tolerance, so an unbounded one would switch the check off (a loaded 0.4 let a 0.6-scaled point
@@ -53,6 +55,9 @@ __all__ = ["muon", "manifold_muon", "muon_updates", "manifold_muon_updates", "ad
 #: recorded orthogonal-drift experiment); at lr = 0.3 with three steps of it, 0.1 after 1,000 (tests). A step that
 #: would leave more is refused (``OffManifoldError``, naming the cause), and a checkpoint may hold no more.
 DRIFT_MAX = 0.1
+#: The most drift a step may *carry* in (a loaded or given one): the ceiling rounded up to float32, so that a float32
+#: checkpoint written at the ceiling (float32(0.1) = 0.10000000149) loads into, and steps in, a float64 model.
+CARRIED_DRIFT_MAX = max(DRIFT_MAX, float(np.float32(DRIFT_MAX)))
 
 
 def adjust_lr(lr: Any, adjust_lr_fn: str | None, shape: Sequence[int]) -> Any:
@@ -164,10 +169,9 @@ def muon(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], momentum
     Raises:
         NonFiniteUpdateError: some update is NaN/Inf (nothing was changed).
     """
-    with torch.no_grad():  # the writes are in place: on a leaf that requires grad they must not be recorded
-        plan = muon_updates(params, grads, momentum_buffers, **kwargs)
-        plan.verify()
-        plan.commit()
+    plan = muon_updates(params, grads, momentum_buffers, **kwargs)
+    plan.verify()
+    plan.commit()
 
 
 def manifold_muon_updates(
@@ -230,17 +234,21 @@ def manifold_muon_updates(
 
     Raises:
         ValueError: per-parameter lists of unequal lengths; ``correct=False`` for a parameter without a drift
-            tensor; a drift that is not a 0-d floating-point tensor (``TypeError`` for a non-tensor); parameters,
-            buffers and drifts that overlap in memory (the commit would write one over another). A drift outside
-            ``[0, DRIFT_MAX]`` (NaN included) is refused at ``plan.verify()``, read with the step's other flags.
-            TypeError: ``correct`` neither a bool nor a sequence of bools. Non-finite updates and points off the
-            manifold show at ``plan.verify()``.
+            tensor; a drift that is not a 0-d floating-point tensor; parameters, buffers, drifts and solver-state
+            tensors that share memory, or one solver-state dict for two parameters (the commit writes each in
+            place; every parameter needs its own buffer, drift and dict).
+        TypeError: ``correct`` neither a bool nor a sequence of bools; ``drifts`` not a list, or an entry neither
+            a tensor nor ``None``; a solver state that is not a dict.
+
+    At ``plan.verify()`` (read with the step's one synchronisation): a carried drift outside
+    ``[0, CARRIED_DRIFT_MAX]`` (NaN included: ``ValueError``), non-finite updates (``NonFiniteUpdateError``),
+    points off the manifold and drifts beyond ``DRIFT_MAX`` (``OffManifoldError``).
     """
     flags = _check_correct(correct, len(params))
     _check_lengths(params=params, grads=grads, momentum_buffers=momentum_buffers, solver_states=solver_states,
                    correct=flags, drifts=drifts, infos=infos, labels=labels)
     _check_drifts(drifts, flags, labels)
-    _check_disjoint(labels, params=params, momentum_buffers=momentum_buffers, drifts=drifts)
+    _check_disjoint(labels, solver_states, params=params, momentum_buffers=momentum_buffers, drifts=drifts)
     return _manifold_muon_plan(params, grads, momentum_buffers, solver_states, lr=lr, manifold=manifold,
                                orthogonalize=orthogonalize, momentum=momentum, nesterov=nesterov, eps=eps,
                                correct=flags, atol=atol, drifts=drifts, infos=infos, labels=labels, plan=plan)
@@ -260,17 +268,17 @@ def _manifold_muon_plan(params, grads, momentum_buffers, solver_states, *, lr, m
         _plan_manifold_batch(plan, idx, params, grads, momentum_buffers, solver_states, flips, lr=lr, lr_max=lr_max,
                              manifold=manifold, orthogonalize=orthogonalize, momentum=momentum, nesterov=nesterov,
                              eps=eps, correct=flags[idx[0]], atol=atol, drifts=drifts, infos=infos, labels=labels,
-                             drift_max=DRIFT_MAX)
+                             drift_max=DRIFT_MAX, carried_max=CARRIED_DRIFT_MAX)
     return plan
 
 
 def _check_correct(correct: Any, n: int) -> list[bool]:
-    if isinstance(correct, bool):
-        return [correct] * n
+    if isinstance(correct, (bool, np.bool_)):
+        return [bool(correct)] * n
     if isinstance(correct, (str, bytes)) or not isinstance(correct, Sequence) \
-            or not all(isinstance(c, bool) for c in correct):
+            or not all(isinstance(c, (bool, np.bool_)) for c in correct):
         raise TypeError(f"correct must be a bool or a sequence of bools (one per parameter), got {correct!r}")
-    return list(correct)
+    return [bool(c) for c in correct]
 
 
 def _check_drifts(drifts: Any, flags: list[bool], labels: Sequence[Any] | None) -> None:
@@ -293,11 +301,22 @@ def _check_drifts(drifts: Any, flags: list[bool], labels: Sequence[Any] | None) 
                              f"parameter, whatever its batch shape), got shape {tuple(d.shape)} {d.dtype}")
 
 
-def _check_disjoint(labels: Sequence[Any] | None, **lists: Sequence[Any] | None) -> None:
-    """``ValueError`` where two of the tensors the commit writes (named by list and index) share memory
-    (:func:`~svmuon.optim._batching.check_disjoint`)."""
-    check_disjoint([(t, f"{name}[{i}] ({_label(labels, i)})") for name, tensors in lists.items()
-                    for i, t in enumerate(tensors or ())])
+def _check_disjoint(labels: Sequence[Any] | None, solver_states: Sequence[Any] | None,
+                    **lists: Sequence[Any] | None) -> None:
+    """``ValueError`` where two of the tensors the commit writes (named by list and index) share memory, or one
+    solver-state dict serves two parameters (:func:`~svmuon.optim._batching.check_disjoint`)."""
+    items = [(t, f"{name}[{i}] ({_label(labels, i)})", "written") for name, tensors in lists.items()
+             for i, t in enumerate(tensors or ())]
+    owners: dict[int, int] = {}
+    for i, state in enumerate(solver_states or ()):
+        if not isinstance(state, dict):
+            raise TypeError(f"solver_states[{i}] ({_label(labels, i)}) must be a dict, got {type(state).__name__}")
+        if id(state) in owners:
+            raise ValueError(f"solver_states[{owners[id(state)]}] and solver_states[{i}] are one dict: each parameter "
+                             "needs its own (its solver state is written at commit)")
+        owners[id(state)] = i
+        items += [(t, f"solver_states[{i}][{key!r}] ({_label(labels, i)})", "written") for key, t in state.items()]
+    check_disjoint(items)
 
 
 def manifold_muon(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
@@ -306,10 +325,11 @@ def manifold_muon(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
     """One atomic step of Muon on a manifold, in place: :func:`manifold_muon_updates`, verify, commit.
 
     Raises:
-        NonFiniteUpdateError: some update is NaN/Inf. OffManifoldError: a point had left its manifold.
-            In both cases nothing was changed.
+        ValueError, TypeError: bad arguments, as :func:`manifold_muon_updates`; a carried drift outside
+            ``[0, CARRIED_DRIFT_MAX]``. NonFiniteUpdateError: some update is NaN/Inf. OffManifoldError: a point
+            had left its manifold, or uncorrected steps would leave a drift above ``DRIFT_MAX``. In every case
+            nothing was changed.
     """
-    with torch.no_grad():  # the writes are in place: on a leaf that requires grad they must not be recorded
-        plan = manifold_muon_updates(params, grads, momentum_buffers, solver_states, **kwargs)
-        plan.verify()
-        plan.commit()
+    plan = manifold_muon_updates(params, grads, momentum_buffers, solver_states, **kwargs)
+    plan.verify()
+    plan.commit()

@@ -67,7 +67,7 @@ import torch
 from svmuon._validation import check_int
 from svmuon.optim._base import NAN_POLICIES, Labels, MatrixOptimizer, check_bool, check_hyper, check_param
 from svmuon.optim.distributed import whole
-from svmuon.optim.functional import DRIFT_MAX, StepPlan, _manifold_muon_plan
+from svmuon.optim.functional import CARRIED_DRIFT_MAX, DRIFT_MAX, StepPlan, _manifold_muon_plan
 
 __all__ = ["ManifoldMuon", "OrthogonalMuon"]
 
@@ -78,9 +78,6 @@ _TOLERANCE_MAX = 1e-2
 # _manifold_step._point_check; a corrupted 0.4 let a 0.6-scaled point pass) is functional.DRIFT_MAX, the most an
 # uncorrected step may leave, compared as the step compares it (a tensor against the float: 0.1 in the drift's dtype),
 # so every checkpoint a run writes loads.
-
-
-_LOAD_MAX = float(torch.tensor(DRIFT_MAX, dtype=torch.float32))
 
 
 class ManifoldMuon(MatrixOptimizer):
@@ -117,12 +114,16 @@ class ManifoldMuon(MatrixOptimizer):
     Raises:
         ValueError: a parameter that is not a point (the message names the parameter and the manifold's
             ``project``), bad hyperparameters (e.g. an ``atol`` below the floor above, naming the group); at
-            ``step()``, a non-finite update, a point that left the manifold, an ``lr`` changed since
+            ``step()``, a non-finite update, a point that left the manifold, uncorrected steps that would leave a
+            drift above ``functional.DRIFT_MAX``, a drift in the state that is not a 0-d floating tensor in
+            ``[0, functional.CARRIED_DRIFT_MAX]`` (set by hand), an ``lr`` changed since
             construction to NaN, Inf or below 0 (a tensor one too, checked within the step's one
             synchronisation, whatever the ``nan_policy``), or a parameter whose shape or dtype changed since its
             state was created (nothing is changed then); at ``load_state_dict()``, bad options or state entries
-            (e.g. a ``drift`` that is NaN, negative or above 0.1, or too small an
-            ``atol``), or a state dict of another optimizer (the optimizer is left as it was).
+            (e.g. a ``drift`` that is not 0-d, NaN, negative or above 0.1 (0.1 rounded up to float32, so that a
+            float32 checkpoint at the ceiling loads into a float64 model), state tensors that share memory with
+            one another or with a parameter, or too small an ``atol``), or a state dict of another optimizer
+            (the optimizer is left as it was).
         TypeError: a parameter that is not float32/float64, a ``manifold`` that is not a
             :class:`~svmuon.orthogonal.base.Manifold` instance, a ``nesterov`` that is not a bool, a
             non-integer ``polar_every``/``ns_steps``, a ``compute_dtype`` outside the four above; sparse or
@@ -194,8 +195,8 @@ class ManifoldMuon(MatrixOptimizer):
         if not (isinstance(drift, torch.Tensor) and drift.dim() == 0 and drift.is_floating_point()):
             raise ValueError(f"{label}: drift must be a 0-d floating-point tensor (the defect ‖WᵀW - I‖_max left by "
                              f"the last uncorrected step), got {drift!r}")
-        # the ceiling rounded to float32: a float32 checkpoint at the ceiling loads into a float64 model
-        if not bool((drift >= 0) & (drift <= _LOAD_MAX)):  # NaN fails both comparisons
+        # the step's own test of a carried drift (functional.CARRIED_DRIFT_MAX)
+        if not bool(drift.clamp(0.0, CARRIED_DRIFT_MAX) == drift):  # NaN fails
             raise ValueError(f"{label}: drift must be in [0, {DRIFT_MAX:g}], got {float(drift)!r}: a point that far "
                              "off: project it (W.data.copy_(manifold.project(W))) and set this state's 'drift' to "
                              "torch.zeros(())")

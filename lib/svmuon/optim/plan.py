@@ -54,7 +54,7 @@ class StepPlan:
                   tolerance: torch.Tensor | None = None,
                   defect_before: Callable[[], torch.Tensor] | None = None,
                   drift: torch.Tensor | None = None, drift_max: float | None = None,
-                  drift_prev: torch.Tensor | None = None) -> None:
+                  drift_prev: torch.Tensor | None = None, carried_max: float | None = None) -> None:
         """Record ``k`` parameters whose new values are finite iff every tensor of ``checked`` (each
         ``(k, ...)``) is, and (on a manifold) their ``(k,)`` check with the defects and tolerances behind it
         (``(k,)`` or ``(k, b)`` for ``b`` matrices each, broadcastable; an error reports a parameter's worst matrix).
@@ -67,7 +67,7 @@ class StepPlan:
         parameter is refused where it exceeds ``drift_max`` (no Björck step keeps it in check, and a checkpoint
         cannot hold more: ``functional.DRIFT_MAX``); kept apart from ``on_manifold``, so that an error names the cause.
         ``drift_prev`` (``(k,)``): the drift each parameter carried into the step, refused outside
-        ``[0, drift_max]`` (NaN included; a bad argument or state, named before anything it caused).
+        ``[0, carried_max]`` (NaN included; a bad argument or state, named before anything it caused).
         """
         sums = [T.sum(dim=tuple(range(1, T.ndim))) for T in checked]
         if len({T.dtype for T in sums}) == 1:  # one isfinite for all of them
@@ -76,11 +76,11 @@ class StepPlan:
             fast = torch.stack([torch.isfinite(T) for T in sums]).all(dim=0)
         drift_ok = None if drift is None else drift <= drift_max  # NaN fails; a NaN defect is named first
         # in [0, drift_max] iff clamping changes nothing (NaN: NaN != NaN); two small ops on the hot path
-        carried_ok = None if drift_prev is None else drift_prev.clamp(0.0, drift_max) == drift_prev
+        carried_ok = None if drift_prev is None else drift_prev.clamp(0.0, carried_max) == drift_prev
         self._batches.append(dict(labels=list(labels), fast=fast, checked=list(checked), on_manifold=on_manifold,
                                   defect=defect, tolerance=tolerance, defect_before=defect_before, drift=drift,
                                   drift_ok=drift_ok, drift_max=drift_max, drift_prev=drift_prev,
-                                  carried_ok=carried_ok))
+                                  carried_ok=carried_ok, carried_max=carried_max))
 
     def check_hyper(self, name: str, value: torch.Tensor) -> None:
         """Refuse the step unless the one-element tensor ``value`` (a tensor ``lr``, which a scheduler may have
@@ -120,7 +120,7 @@ class StepPlan:
             carried_ok = b["carried_ok"].tolist() if b["carried_ok"] is not None else [True] * len(finite)
             for i, label in enumerate(b["labels"]):
                 if not carried_ok[i]:
-                    out.append(("carried_drift", label, float(b["drift_prev"][i]), b["drift_max"], None))
+                    out.append(("carried_drift", label, float(b["drift_prev"][i]), b["carried_max"], None))
                 elif not finite[i]:
                     out.append(("nonfinite", label, None, None, None))
                 elif not manifold[i]:
@@ -137,13 +137,17 @@ class StepPlan:
         return sorted(out, key=lambda f: _ORDER.get(f[0], 1))
 
     def verify(self) -> None:
-        """Raise :class:`NonFiniteUpdateError` or :class:`OffManifoldError` for the first refused parameter."""
+        """Raise for the first refused parameter (:func:`raise_for`): :class:`NonFiniteUpdateError`,
+        :class:`OffManifoldError`, ``ValueError`` for a bad tensor hyperparameter or carried drift, ``RuntimeError``
+        for a failed flag whose cause was not found; nothing if every check passed."""
         raise_for(self.optimizer, self.failures())
 
     def commit(self) -> None:
-        """Copy every new value into place and run the bookkeeping callbacks."""
-        for target, value in self._writes:
-            target.copy_(value)
+        """Copy every new value into place and run the bookkeeping callbacks (under ``no_grad``: an in-place
+        write into a leaf that requires grad, an ``nn.Parameter`` outside an optimizer, is not recorded)."""
+        with torch.no_grad():
+            for target, value in self._writes:
+                target.copy_(value)
         for fn in self._on_commit:
             fn()
 
@@ -159,15 +163,24 @@ def _worst(defect: torch.Tensor, tolerance: torch.Tensor) -> tuple[float, float]
     return float(defect[j]), float(tolerance[j])
 
 
+def _others(failures: list[tuple]) -> str:
+    """``" (2 more parameters were refused too)"``: the other refused parameters (each once, whatever its causes)
+    and hyperparameters, beside the first failure's."""
+    first = failures[0][1]
+    params = {str(f[1]) for f in failures[1:] if f[0] != "hyper" and f[1] != first}
+    hypers = sum(f[0] == "hyper" for f in failures[1:])
+    parts = [f"{n} more {what}{'s were' if n > 1 else ' was'} refused too"
+             for n, what in ((len(params), "parameter"), (hypers, "hyperparameter")) if n]
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def raise_for(optimizer: str, failures: list[tuple[str, Any, float | None, float | None, float | None]]) -> None:
     """Raise the error that describes the first of ``failures`` (nothing if it is empty); every message ends by
     saying that nothing was changed and how many other parameters were refused."""
     if not failures:
         return
     kind, label, defect, tol, before = failures[0]
-    extra = len(failures) - 1
-    others = f" ({extra} more parameter{'s were' if extra > 1 else ' was'} refused too)" if extra else ""
-    unchanged = f"; no parameter or optimizer state was changed{others}"
+    unchanged = f"; no parameter or optimizer state was changed{_others(failures)}"
     if kind == "hyper":
         raise ValueError(f"{optimizer}: {label} must be a finite number >= 0, got {defect!r} (a tensor lr is checked at "
                          f"every step, with the step's one synchronisation){unchanged}")
