@@ -304,7 +304,7 @@ def _check_drifts(drifts: Any, flags: list[bool], labels: Sequence[Any] | None) 
 def _check_disjoint(labels: Sequence[Any] | None, solver_states: Sequence[Any] | None,
                     **lists: Sequence[Any] | None) -> None:
     """``ValueError`` where two of the tensors the commit writes (named by list and index) share memory, or one
-    solver-state dict serves two parameters (:func:`~svmuon.optim._batching.check_disjoint`)."""
+    solver-state dict serves two parameters (``_batching.check_disjoint``)."""
     items = [(t, f"{name}[{i}] ({_label(labels, i)})", "written") for name, tensors in lists.items()
              for i, t in enumerate(tensors or ())]
     owners: dict[int, int] = {}

@@ -137,7 +137,7 @@ class StepPlan:
         return sorted(out, key=lambda f: _ORDER.get(f[0], 1))
 
     def verify(self) -> None:
-        """Raise for the first refused parameter (:func:`raise_for`): :class:`NonFiniteUpdateError`,
+        """Raise for the first refused parameter (``raise_for``): :class:`NonFiniteUpdateError`,
         :class:`OffManifoldError`, ``ValueError`` for a bad tensor hyperparameter or carried drift, ``RuntimeError``
         for a failed flag whose cause was not found; nothing if every check passed."""
         raise_for(self.optimizer, self.failures())
