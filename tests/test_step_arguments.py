@@ -285,3 +285,36 @@ def test_every_refusal_ends_with_the_count_of_the_others():
         raise_for("Test", failures)
     with pytest.raises(OffManifoldError, match=r"changed$"):  # one parameter refused for two causes: no others
         raise_for("Test", [("off_manifold", "p", 1.0, 0.1, None), ("drift", "p", 0.2, 0.1, None)])
+
+
+def _views():
+    base, base3 = torch.zeros(12, 10), torch.zeros(4, 6, 5)
+    return [base, base.T, base[:, ::2], base[:, 1::2], base[2:5], base[:, 3:7], base[:, 7:], base[::3, ::3],
+            base[1::3, ::3], base.T[2:4], base[:, :5].T, base.reshape(-1)[5:40], base[0], base[:, 0], base[5:, 5:],
+            base3, base3.permute(2, 0, 1), base3[:, ::2], base3[1:3, :, 1:4], base3.transpose(0, 1)[::2]]
+
+
+def test_the_overlap_test_agrees_with_the_sets_of_element_offsets():
+    """The element-by-element test (offsets of one view decomposed along the other's strides, in chunks) against
+    the independent route: the sets of element offsets themselves, built by as_strided, for every pair of views of
+    one storage whose spans meet (slices, steps, transposes, permutations; a chunk of 7 elements exercises the
+    chunking)."""
+    from svmuon.optim._batching import _overlap
+
+    def offsets(t):
+        extent = t.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+        return set(torch.arange(extent).as_strided(t.shape, t.stride(), t.storage_offset()).reshape(-1).tolist())
+
+    checked, views = 0, _views()
+    for a in views:
+        for b in views:
+            if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+                continue
+            oa, ob = offsets(a), offsets(b)
+            if min(ob) > max(oa) or min(oa) > max(ob):  # spans apart: the caller never asks
+                continue
+            assert _overlap(a, b, chunk=7) == bool(oa & ob), (a.shape, a.stride(), b.shape, b.stride())
+            checked += 1
+    assert checked > 100
+    weird = torch.zeros(20).as_strided((3, 3), (2, 1))  # rows that overlap themselves: counted as overlapping
+    assert _overlap(torch.zeros(20)[::5], weird)

@@ -91,15 +91,32 @@ def check_disjoint(items: Iterable[tuple[Any, str, str]]) -> None:
                                      "write would land on the other")
 
 
-def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors of one storage whose spans meet share an element (exact for equal element sizes)."""
+def _overlap(a: torch.Tensor, b: torch.Tensor, chunk: int = 1 << 20) -> bool:
+    """Whether two tensors of one storage whose spans meet share an element. Exact where ``b``'s layout is a
+    strided view of a dense block (each stride at least the extent of the dimensions inside it: slices, transposes,
+    permutations): each element offset of ``a`` is decomposed along ``b``'s strides, largest first, on the host in
+    chunks of ``chunk`` elements (memory bounded whatever the sizes). Other layouts count as overlapping."""
     if a.is_contiguous() and b.is_contiguous():
         return True
     if a.element_size() != b.element_size():
         return True  # a reinterpretation of one storage: treated as overlapping
-
-    def offsets(t: torch.Tensor) -> torch.Tensor:
-        extent = t.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
-        return torch.arange(extent).as_strided(t.shape, t.stride(), t.storage_offset()).reshape(-1)
-
-    return bool(torch.isin(offsets(a), offsets(b)).any())
+    dims = sorted(((st, n) for st, n in zip(b.stride(), b.shape) if n > 1), reverse=True)
+    inner = 1
+    for st, n in reversed(dims):  # innermost first: each stride must clear the block inside it
+        if st < inner:
+            return True
+        inner = st * (n - 1) + inner
+    index = torch.arange(a.numel())
+    for start in range(0, a.numel(), chunk):
+        flat, offset = index[start:start + chunk], torch.full((min(chunk, a.numel() - start),), a.storage_offset())
+        for n, st in zip(reversed(a.shape), reversed(a.stride())):  # a's element offsets, from its flat indices
+            offset += (flat % n) * st
+            flat = flat // n
+        rest, inside = offset - b.storage_offset(), torch.ones_like(offset, dtype=torch.bool)
+        for st, n in dims:
+            q = torch.div(rest, st, rounding_mode="floor")
+            inside &= (q >= 0) & (q < n)
+            rest = rest - q * st
+        if bool((inside & (rest == 0)).any()):
+            return True
+    return False
