@@ -258,16 +258,15 @@ def _manifold_muon_plan(params, grads, momentum_buffers, solver_states, *, lr, m
                         momentum, nesterov, eps, correct, atol, drifts, infos, labels, plan) -> StepPlan:  # noqa: ANN001
     """:func:`manifold_muon_updates` without its argument checks (the optimizer's hot path: its own state was
     checked when it was made or loaded); ``correct`` is a list of bools."""
-    flags = correct
     plan = plan if plan is not None else StepPlan("ManifoldMuon")
     flips = [bool(manifold.transposed(tuple(p.shape))) for p in params]
     shapes = [tuple(p.shape[:-2]) + ((p.shape[-1], p.shape[-2]) if f else tuple(p.shape[-2:]))
               for p, f in zip(params, flips)]
     lr_max = _host_bound(lr)
-    for idx in _batches([_Shaped(s, p.dtype) for s, p in zip(shapes, params)], grads, (flags,)):
+    for idx in _batches([_Shaped(s, p.dtype) for s, p in zip(shapes, params)], grads, (correct,)):
         _plan_manifold_batch(plan, idx, params, grads, momentum_buffers, solver_states, flips, lr=lr, lr_max=lr_max,
                              manifold=manifold, orthogonalize=orthogonalize, momentum=momentum, nesterov=nesterov,
-                             eps=eps, correct=flags[idx[0]], atol=atol, drifts=drifts, infos=infos, labels=labels,
+                             eps=eps, correct=correct[idx[0]], atol=atol, drifts=drifts, infos=infos, labels=labels,
                              drift_max=DRIFT_MAX, carried_max=CARRIED_DRIFT_MAX)
     return plan
 

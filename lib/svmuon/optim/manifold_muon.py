@@ -68,6 +68,7 @@ from svmuon._validation import check_int
 from svmuon.optim._base import NAN_POLICIES, Labels, MatrixOptimizer, check_bool, check_hyper, check_param
 from svmuon.optim.distributed import whole
 from svmuon.optim.functional import CARRIED_DRIFT_MAX, DRIFT_MAX, StepPlan, _manifold_muon_plan
+from svmuon.optim.plan import carried_drift_ok
 
 __all__ = ["ManifoldMuon", "OrthogonalMuon"]
 
@@ -195,8 +196,7 @@ class ManifoldMuon(MatrixOptimizer):
         if not (isinstance(drift, torch.Tensor) and drift.dim() == 0 and drift.is_floating_point()):
             raise ValueError(f"{label}: drift must be a 0-d floating-point tensor (the defect ‖WᵀW - I‖_max left by "
                              f"the last uncorrected step), got {drift!r}")
-        # the step's own test of a carried drift (functional.CARRIED_DRIFT_MAX)
-        if not bool(drift.clamp(0.0, CARRIED_DRIFT_MAX) == drift):  # NaN fails
+        if not bool(carried_drift_ok(drift, CARRIED_DRIFT_MAX)):  # the step's own test of a carried drift
             raise ValueError(f"{label}: drift must be in [0, {DRIFT_MAX:g}], got {float(drift)!r}: a point that far "
                              "off: project it (W.data.copy_(manifold.project(W))) and set this state's 'drift' to "
                              "torch.zeros(())")

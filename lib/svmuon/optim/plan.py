@@ -75,8 +75,7 @@ class StepPlan:
         else:
             fast = torch.stack([torch.isfinite(T) for T in sums]).all(dim=0)
         drift_ok = None if drift is None else drift <= drift_max  # NaN fails; a NaN defect is named first
-        # in [0, drift_max] iff clamping changes nothing (NaN: NaN != NaN); two small ops on the hot path
-        carried_ok = None if drift_prev is None else drift_prev.clamp(0.0, carried_max) == drift_prev
+        carried_ok = None if drift_prev is None else carried_drift_ok(drift_prev, carried_max)
         self._batches.append(dict(labels=list(labels), fast=fast, checked=list(checked), on_manifold=on_manifold,
                                   defect=defect, tolerance=tolerance, defect_before=defect_before, drift=drift,
                                   drift_ok=drift_ok, drift_max=drift_max, drift_prev=drift_prev,
@@ -153,6 +152,12 @@ class StepPlan:
 
 
 _ORDER = {"hyper": -1, "carried_drift": 0, "drift": 2}
+
+
+def carried_drift_ok(drift: torch.Tensor, ceiling: float) -> torch.Tensor:
+    """Elementwise: ``drift`` in ``[0, ceiling]`` (NaN fails), as a tensor, not read: clamping changes nothing
+    there (NaN != NaN); two small ops, on the step's hot path and at load."""
+    return drift.clamp(0.0, ceiling) == drift
 
 
 def _worst(defect: torch.Tensor, tolerance: torch.Tensor) -> tuple[float, float]:
